@@ -1,0 +1,223 @@
+/* nbdkit-reshape-filter
+ * Copyright the nbdkit-reshape-filter authors.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * Parameters, and the geometry each connection settles from them and
+ * from what its plugin advertises.  Parameters compose rather than
+ * conflict: the stricter alignment and the smaller cap win, and a cap
+ * below the optimal size lowers the size.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <nbdkit-filter.h>
+
+#include "reshape.h"
+
+#define KiB 1024ULL
+#define MiB (1024ULL * KiB)
+#define GiB (1024ULL * MiB)
+
+/* Used when the plugin prefers nothing larger than 4K: the request size
+ * the nbdcopy sweeps in the seed threads found best.
+ */
+#define DEFAULT_SIZE (256 * KiB)
+
+struct reshape_config reshape_cfg = { .pool = 64 * MiB };
+
+static bool
+is_power_of_2 (uint64_t v)
+{
+  return v && (v & (v - 1)) == 0;
+}
+
+/* Parse a size and check its range; the error names the parameter. */
+static int
+parse_size (const char *key, const char *value,
+            uint64_t lo, uint64_t hi, const char *range,
+            bool power_of_2, uint64_t *out)
+{
+  int64_t r = nbdkit_parse_size (value);
+
+  if (r == -1) {
+    nbdkit_error ("%s: cannot parse '%s'; accepted: %s", key, value, range);
+    return -1;
+  }
+  if ((uint64_t) r < lo || (uint64_t) r > hi ||
+      (power_of_2 && !is_power_of_2 (r))) {
+    nbdkit_error ("%s: '%s' is out of range; accepted: %s",
+                  key, value, range);
+    return -1;
+  }
+  *out = r;
+  return 0;
+}
+
+static int
+config_sndbuf (const char *key, const char *value)
+{
+  uint64_t v;
+
+  reshape_cfg.sndbuf_set = true;
+  if (strcasecmp (value, "off") == 0 || strcmp (value, "0") == 0) {
+    reshape_cfg.sndbuf = 0;
+    return 0;
+  }
+  if (parse_size (key, value, 4 * KiB, 256 * MiB,
+                  "'off' or a size from 4K to 256M", false, &v) == -1)
+    return -1;
+  reshape_cfg.sndbuf = v;
+  return 0;
+}
+
+static int
+config_stats (const char *key, const char *value)
+{
+  free (reshape_cfg.stats_file);
+  reshape_cfg.stats_file = nbdkit_absolute_path (value);
+  return reshape_cfg.stats_file ? 0 : -1;
+}
+
+/* Returns 1 if the key was ours, 0 if not, -1 on error. */
+int
+reshape_config_key (const char *key, const char *value)
+{
+  uint64_t v;
+
+  if (strcmp (key, "reshape-size") == 0) {
+    if (parse_size (key, value, 4 * KiB, 32 * MiB,
+                    "a power of 2 from 4K to 32M", true, &v) == -1)
+      return -1;
+    reshape_cfg.size = v;
+  }
+  else if (strcmp (key, "reshape-min") == 0) {
+    if (parse_size (key, value, 1, 64 * KiB,
+                    "a power of 2 from 1 to 64K", true, &v) == -1)
+      return -1;
+    reshape_cfg.min = v;
+  }
+  else if (strcmp (key, "reshape-max") == 0) {
+    if (parse_size (key, value, 512, 4 * GiB - 1,
+                    "a size from 512 to 4G-1", false, &v) == -1)
+      return -1;
+    reshape_cfg.max = v;
+  }
+  else if (strcmp (key, "reshape-pool") == 0) {
+    if (parse_size (key, value, 64 * KiB, 1024 * GiB,
+                    "a size from 64K to 1T", false, &v) == -1)
+      return -1;
+    reshape_cfg.pool = v;
+  }
+  else if (strcmp (key, "reshape-sndbuf") == 0)
+    return config_sndbuf (key, value) == -1 ? -1 : 1;
+  else if (strcmp (key, "reshape-stats") == 0)
+    return config_stats (key, value) == -1 ? -1 : 1;
+  else if (strncmp (key, "reshape-", 8) == 0) {
+    /* A typo must not silently reach the plugin as its own parameter. */
+    nbdkit_error ("unknown parameter '%s'; the reshape filter takes "
+                  "reshape-size, reshape-min, reshape-max, reshape-pool, "
+                  "reshape-sndbuf and reshape-stats", key);
+    return -1;
+  }
+  else
+    return 0;
+  return 1;
+}
+
+int
+reshape_config_complete (void)
+{
+  /* Fail now, not at exit, if the report cannot be written. */
+  if (reshape_cfg.stats_file) {
+    FILE *fp = fopen (reshape_cfg.stats_file, "w");
+    if (fp == NULL) {
+      nbdkit_error ("reshape-stats: cannot write '%s': %m",
+                    reshape_cfg.stats_file);
+      return -1;
+    }
+    fclose (fp);
+  }
+  if (!reshape_cfg.sndbuf_set)
+    reshape_sockbuf_default (&reshape_cfg);
+  reshape_pool_init (reshape_cfg.pool);
+  return 0;
+}
+
+void
+reshape_config_free (void)
+{
+  free (reshape_cfg.stats_file);
+  reshape_cfg.stats_file = NULL;
+}
+
+static uint32_t
+min32 (uint32_t a, uint32_t b)
+{
+  return a < b ? a : b;
+}
+
+/* Settle min, size and max for one connection.  Returns -1 with the
+ * error reported if the plugin's limits leave no valid request size.
+ */
+int
+reshape_geometry (nbdkit_next *next, struct geometry *geo)
+{
+  uint32_t pmin = 0, ppref = 0, pmax = 0;
+  int64_t exportsize = next->get_size (next);
+
+  if (exportsize == -1)
+    return -1;
+  if (next->block_size (next, &pmin, &ppref, &pmax) == -1)
+    return -1;
+
+  geo->exportsize = exportsize;
+  geo->min = pmin ? pmin : 1;
+  if (reshape_cfg.min > geo->min)
+    geo->min = reshape_cfg.min;
+
+  geo->max = pmax ? pmax : UINT32_MAX;
+  if (reshape_cfg.max)
+    geo->max = min32 (geo->max, reshape_cfg.max);
+  geo->max -= geo->max % geo->min;
+  if (geo->max == 0) {
+    nbdkit_error ("reshape-max: the cap (%" PRIu32 ") is below the "
+                  "plugin's minimum block size (%" PRIu32 ")",
+                  reshape_cfg.max ? reshape_cfg.max : pmax, geo->min);
+    return -1;
+  }
+
+  if (reshape_cfg.size)
+    geo->size = reshape_cfg.size;
+  else
+    geo->size = ppref > 4 * KiB ? ppref : DEFAULT_SIZE;
+  if (geo->size < geo->min)
+    geo->size = geo->min;
+  geo->size = min32 (geo->size, geo->max);   /* the cap wins */
+
+  nbdkit_debug ("reshape: plugin advertises minimum %" PRIu32
+                " preferred %" PRIu32 " maximum %" PRIu32
+                "; requests to it: aligned to %" PRIu32
+                ", cut at %" PRIu32 ", at most %" PRIu32,
+                pmin, ppref, pmax, geo->min, geo->size, geo->max);
+  return 0;
+}
+
+/* What clients are told to prefer: a power of 2, as NBD requires, no
+ * larger than the size the filter sends.
+ */
+uint32_t
+reshape_preferred (const struct geometry *geo)
+{
+  uint32_t p = 512;
+
+  while (p * 2 <= geo->size && p < 32 * MiB)
+    p *= 2;
+  return p;
+}

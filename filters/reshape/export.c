@@ -1,0 +1,78 @@
+/* nbdkit-reshape-filter
+ * Copyright the nbdkit-reshape-filter authors.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * State shared between connections is keyed by export name, so that
+ * what one export's clients do never touches another export.  The
+ * registry lock is taken only when a connection opens or closes.
+ */
+
+#include <config.h>
+
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+
+#include <nbdkit-filter.h>
+
+#include "reshape.h"
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct reshape_export *exports;
+
+static struct reshape_export *
+export_new (const char *name)
+{
+  struct reshape_export *exp = calloc (1, sizeof *exp);
+
+  if (exp == NULL)
+    return NULL;
+  exp->name = strdup (name);
+  if (exp->name == NULL) {
+    free (exp);
+    return NULL;
+  }
+  rangelock_init (&exp->locks);
+  return exp;
+}
+
+struct reshape_export *
+reshape_export_get (const char *name)
+{
+  struct reshape_export *exp;
+
+  pthread_mutex_lock (&registry_lock);
+  for (exp = exports; exp != NULL; exp = exp->next)
+    if (strcmp (exp->name, name) == 0)
+      break;
+  if (exp == NULL) {
+    exp = export_new (name);
+    if (exp == NULL) {
+      pthread_mutex_unlock (&registry_lock);
+      nbdkit_error ("reshape: export state: %m");
+      return NULL;
+    }
+    exp->next = exports;
+    exports = exp;
+  }
+  exp->refs++;
+  pthread_mutex_unlock (&registry_lock);
+  return exp;
+}
+
+void
+reshape_export_put (struct reshape_export *exp)
+{
+  struct reshape_export **pp;
+
+  pthread_mutex_lock (&registry_lock);
+  if (--exp->refs == 0) {
+    for (pp = &exports; *pp != exp; pp = &(*pp)->next)
+      ;
+    *pp = exp->next;
+    rangelock_destroy (&exp->locks);
+    free (exp->name);
+    free (exp);
+  }
+  pthread_mutex_unlock (&registry_lock);
+}

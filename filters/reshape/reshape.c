@@ -1,0 +1,182 @@
+/* nbdkit-reshape-filter
+ * Copyright the nbdkit-reshape-filter authors.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * The nbdkit callbacks.  This file only wires them to the mechanisms;
+ * see reshape.h for which file does what.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include <nbdkit-filter.h>
+
+#include "reshape.h"
+
+NBDKIT_DLL_PUBLIC int reshape_debug_split;
+NBDKIT_DLL_PUBLIC int reshape_debug_rmw;
+NBDKIT_DLL_PUBLIC int reshape_debug_pool;
+NBDKIT_DLL_PUBLIC int reshape_debug_sockbuf;
+
+static void
+reshape_unload (void)
+{
+  reshape_stats_report (reshape_cfg.stats_file);
+  reshape_pool_free_all ();
+  reshape_config_free ();
+}
+
+static int
+reshape_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
+                const char *key, const char *value)
+{
+  int r = reshape_config_key (key, value);
+
+  if (r == -1)
+    return -1;
+  if (r == 1)
+    return 0;
+  return next (nxdata, key, value);
+}
+
+static int
+reshape_config_complete_cb (nbdkit_next_config_complete *next,
+                            nbdkit_backend *nxdata)
+{
+  if (reshape_config_complete () == -1)
+    return -1;
+  return next (nxdata);
+}
+
+static void *
+reshape_open (nbdkit_next_open *next, nbdkit_context *nxdata,
+              int readonly, const char *exportname, int is_tls)
+{
+  struct reshape_handle *h;
+
+  if (next (nxdata, readonly, exportname) == -1)
+    return NULL;
+  h = calloc (1, sizeof *h);
+  if (h == NULL) {
+    nbdkit_error ("calloc: %m");
+    return NULL;
+  }
+  h->exp = reshape_export_get (exportname);
+  if (h->exp == NULL) {
+    free (h);
+    return NULL;
+  }
+  /* The client's socket exists by now: give it its send buffer. */
+  reshape_sockbuf_raise (reshape_cfg.sndbuf);
+  return h;
+}
+
+static void
+reshape_close (void *handle)
+{
+  struct reshape_handle *h = handle;
+
+  reshape_export_put (h->exp);
+  free (h);
+}
+
+static int
+reshape_prepare (nbdkit_next *next, void *handle, int readonly)
+{
+  struct reshape_handle *h = handle;
+
+  return reshape_geometry (next, &h->geo);
+}
+
+/* Clients may send any size and alignment (the filter aligns for the
+ * plugin), should send the size the filter cuts at, and may send up to
+ * what the nbdkit server accepts.
+ */
+static int
+reshape_block_size (nbdkit_next *next, void *handle,
+                    uint32_t *minimum, uint32_t *preferred, uint32_t *maximum)
+{
+  struct reshape_handle *h = handle;
+
+  *minimum = 1;
+  *preferred = reshape_preferred (&h->geo);
+  *maximum = RESHAPE_CLIENT_MAX;
+  return 0;
+}
+
+static int
+reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
+               uint64_t offset, uint32_t flags, int *err)
+{
+  return reshape_split_pread (next, handle, buf, count, offset, err);
+}
+
+static int
+reshape_pwrite (nbdkit_next *next, void *handle, const void *buf,
+                uint32_t count, uint64_t offset, uint32_t flags, int *err)
+{
+  return reshape_split_pwrite (next, handle, buf, count, offset, flags, err);
+}
+
+static int
+reshape_zero (nbdkit_next *next, void *handle, uint32_t count,
+              uint64_t offset, uint32_t flags, int *err)
+{
+  return reshape_split_zero (next, handle, count, offset, flags, err);
+}
+
+static int
+reshape_trim (nbdkit_next *next, void *handle, uint32_t count,
+              uint64_t offset, uint32_t flags, int *err)
+{
+  return reshape_split_trim (next, handle, count, offset, flags, err);
+}
+
+static int
+reshape_cache (nbdkit_next *next, void *handle, uint32_t count,
+               uint64_t offset, uint32_t flags, int *err)
+{
+  return reshape_split_cache (next, handle, count, offset, flags, err);
+}
+
+static int
+reshape_extents (nbdkit_next *next, void *handle, uint32_t count,
+                 uint64_t offset, uint32_t flags,
+                 struct nbdkit_extents *extents, int *err)
+{
+  return reshape_split_extents (next, handle, count, offset, flags,
+                                extents, err);
+}
+
+static int
+reshape_flush (nbdkit_next *next, void *handle, uint32_t flags, int *err)
+{
+  reshape_stats_client (OP_FLUSH, 0);
+  reshape_stats_plugin (OP_FLUSH, 0);
+  return next->flush (next, flags, err);
+}
+
+static struct nbdkit_filter filter = {
+  .name              = "reshape",
+  .longname          = "nbdkit reshape filter",
+  .description       = "reshape request sizes into the plugin's optimum",
+  .unload            = reshape_unload,
+  .config            = reshape_config,
+  .config_complete   = reshape_config_complete_cb,
+  .config_help       = RESHAPE_CONFIG_HELP,
+  .open              = reshape_open,
+  .close             = reshape_close,
+  .prepare           = reshape_prepare,
+  .block_size        = reshape_block_size,
+  .pread             = reshape_pread,
+  .pwrite            = reshape_pwrite,
+  .zero              = reshape_zero,
+  .trim              = reshape_trim,
+  .cache             = reshape_cache,
+  .extents           = reshape_extents,
+  .flush             = reshape_flush,
+};
+
+NBDKIT_REGISTER_FILTER (filter)

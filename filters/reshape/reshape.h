@@ -1,0 +1,147 @@
+/* nbdkit-reshape-filter
+ * Copyright the nbdkit-reshape-filter authors.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * Declarations shared by the mechanisms of the filter.  Each mechanism
+ * lives in its own file:
+ *
+ *   config.c     parameters and the per-connection geometry
+ *   walk.c       the one way a range is cut into plugin requests
+ *   split.c      runs the pieces of a request against the plugin
+ *   align.c      read-modify-write of partial minimum blocks
+ *   rangelock.c  block-range locks that make read-modify-write safe
+ *   export.c     state shared by the connections of one export
+ *   pool.c       recycled, capped buffer pool
+ *   sockbuf.c    SO_SNDBUF on the unix-socket client connections
+ *   stats.c      counters and the statistics report
+ *   reshape.c    wires the nbdkit callbacks to the above
+ */
+
+#ifndef NBDKIT_RESHAPE_H
+#define NBDKIT_RESHAPE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <nbdkit-filter.h>
+
+#include "walk.h"
+#include "rangelock.h"
+
+/* Largest payload the nbdkit server accepts from a client. */
+#define RESHAPE_CLIENT_MAX (64 * 1024 * 1024)
+
+/* Debug flags: -D reshape.split=1 and so on. */
+extern NBDKIT_DLL_PUBLIC int reshape_debug_split;
+extern NBDKIT_DLL_PUBLIC int reshape_debug_rmw;
+extern NBDKIT_DLL_PUBLIC int reshape_debug_pool;
+extern NBDKIT_DLL_PUBLIC int reshape_debug_sockbuf;
+
+/* config.c: parameters as given on the command line. */
+struct reshape_config {
+  uint32_t size;            /* reshape-size, 0 = pick per export */
+  uint32_t min;             /* reshape-min, 0 = the plugin's minimum */
+  uint32_t max;             /* reshape-max, 0 = the plugin's maximum */
+  bool sndbuf_set;          /* reshape-sndbuf given */
+  uint32_t sndbuf;          /* 0 = off */
+  uint64_t pool;            /* reshape-pool: buffer memory cap */
+  char *stats_file;         /* reshape-stats, absolute path or NULL */
+};
+extern struct reshape_config reshape_cfg;
+
+extern int reshape_config_key (const char *key, const char *value);
+extern int reshape_config_complete (void);
+extern void reshape_config_free (void);
+extern int reshape_geometry (nbdkit_next *next, struct geometry *geo);
+extern uint32_t reshape_preferred (const struct geometry *geo);
+#define RESHAPE_CONFIG_HELP \
+  "reshape-size=SIZE    Optimal request size sent to the plugin.\n" \
+  "reshape-min=SIZE     Alignment the plugin needs.\n" \
+  "reshape-max=SIZE     Largest request sent to the plugin.\n" \
+  "reshape-pool=SIZE    Cap on the filter's buffer memory (default 64M).\n" \
+  "reshape-sndbuf=SIZE|off  Send buffer of unix-socket client connections.\n" \
+  "reshape-stats=FILE   Write the statistics report to FILE at exit."
+
+/* export.c: state shared by every connection to one export. */
+struct reshape_export {
+  char *name;
+  unsigned refs;
+  struct rangelock locks;
+  struct reshape_export *next;
+};
+extern struct reshape_export *reshape_export_get (const char *name);
+extern void reshape_export_put (struct reshape_export *exp);
+
+/* The per-connection handle. */
+struct reshape_handle {
+  struct reshape_export *exp;
+  struct geometry geo;
+};
+
+/* split.c: client operations cut into plugin requests. */
+extern int reshape_split_pread (nbdkit_next *next, struct reshape_handle *h,
+                                void *buf, uint32_t count, uint64_t offset,
+                                int *err);
+extern int reshape_split_pwrite (nbdkit_next *next, struct reshape_handle *h,
+                                 const void *buf, uint32_t count,
+                                 uint64_t offset, uint32_t flags, int *err);
+extern int reshape_split_zero (nbdkit_next *next, struct reshape_handle *h,
+                               uint32_t count, uint64_t offset,
+                               uint32_t flags, int *err);
+extern int reshape_split_trim (nbdkit_next *next, struct reshape_handle *h,
+                               uint32_t count, uint64_t offset,
+                               uint32_t flags, int *err);
+extern int reshape_split_cache (nbdkit_next *next, struct reshape_handle *h,
+                                uint32_t count, uint64_t offset,
+                                uint32_t flags, int *err);
+extern int reshape_split_extents (nbdkit_next *next, struct reshape_handle *h,
+                                  uint32_t count, uint64_t offset,
+                                  uint32_t flags,
+                                  struct nbdkit_extents *extents, int *err);
+
+/* align.c: partial minimum blocks by read-modify-write.  data == NULL
+ * writes zeros.
+ */
+extern int reshape_align_read (nbdkit_next *next, const struct piece *p,
+                               void *dst, int *err);
+extern int reshape_align_write (nbdkit_next *next, const struct piece *p,
+                                const void *src, uint32_t flags, int *err);
+
+/* pool.c: page-aligned buffers, recycled, total capped. */
+extern void reshape_pool_init (uint64_t cap);
+extern void reshape_pool_free_all (void);
+extern void *reshape_pool_get (uint32_t len);
+extern void reshape_pool_put (void *buf, uint32_t len);
+
+/* sockbuf.c */
+extern void reshape_sockbuf_default (struct reshape_config *cfg);
+extern void reshape_sockbuf_raise (uint32_t want);
+
+/* stats.c */
+enum reshape_op {
+  OP_PREAD, OP_PWRITE, OP_ZERO, OP_TRIM, OP_CACHE, OP_EXTENTS, OP_FLUSH,
+  OP_COUNT
+};
+enum reshape_counter {
+  C_SPLITS,            /* client requests cut into more than one piece */
+  C_RMW_READS,         /* partial blocks read through a bounce buffer */
+  C_RMW_WRITES,        /* partial blocks written by read-modify-write */
+  C_LOCK_WAITS,        /* range lock acquisitions that had to wait */
+  C_FUA_FLUSHES,       /* flushes standing in for FUA on split writes */
+  C_MERGES,            /* requests merged with others (later) */
+  C_RA_HITS,           /* reads served by readahead (later) */
+  C_POOL_ALLOCS,       /* buffers allocated by the pool */
+  C_POOL_REUSES,       /* buffers handed out again from the pool */
+  C_POOL_WAITS,        /* waits for a buffer at the cap */
+  C_POOL_HIGH,         /* pool bytes high-water mark */
+  C_SOCK_RAISED,       /* client sockets whose SO_SNDBUF was raised */
+  C_SOCK_OBTAINED,     /* send buffer the kernel granted (bytes) */
+  C_COUNTERS
+};
+extern void reshape_stats_client (enum reshape_op op, uint64_t bytes);
+extern void reshape_stats_plugin (enum reshape_op op, uint64_t bytes);
+extern void reshape_stats_add (enum reshape_counter c, uint64_t n);
+extern void reshape_stats_max (enum reshape_counter c, uint64_t v);
+extern void reshape_stats_report (const char *file);
+
+#endif /* NBDKIT_RESHAPE_H */

@@ -1,0 +1,273 @@
+/* nbdkit-reshape-filter
+ * Copyright the nbdkit-reshape-filter authors.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * Client requests become plugin requests here.  Each operation walks
+ * its range (walk.c) and runs one small function per piece.  Data
+ * pieces read into or write from slices of the client's buffer
+ * directly; only partial blocks go through bounce buffers (align.c).
+ *
+ * Writes (pwrite, zero, trim) lock their block range for the time of
+ * the request: exclusively when a partial block will be
+ * read-modify-written, shared otherwise.  Whole-block writers thus run
+ * in parallel with each other but never inside somebody's
+ * read-modify-write of the same block.  Reads take no lock: a
+ * read-modify-write writes back the bytes it did not change as they
+ * were, so a concurrent read sees old or new data, never torn data.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include <nbdkit-filter.h>
+
+#include "reshape.h"
+
+struct op {
+  nbdkit_next *next;
+  struct reshape_handle *h;
+  uint64_t offset;            /* where the client request starts */
+  char *rbuf;                 /* pread */
+  const char *wbuf;           /* pwrite */
+  uint32_t flags;             /* flags for each piece */
+};
+
+typedef int (*piece_fn) (const struct op *o, const struct piece *p,
+                         int *err);
+
+/* Walk [offset, offset+count) and run fn on every piece.  A failed
+ * piece fails the request; pieces run one after another, so nothing is
+ * still running when this returns.
+ */
+static int
+run_pieces (const struct op *o, uint64_t offset, uint64_t count,
+            uint32_t step, piece_fn fn, int *err)
+{
+  struct walk w;
+  struct piece p;
+  unsigned n = 0;
+
+  walk_init (&w, &o->h->geo, offset, count, step);
+  while (walk_next (&w, &p)) {
+    if (reshape_debug_split)
+      nbdkit_debug ("reshape: piece %u: %" PRIu64 "+%" PRIu32 "%s",
+                    n, p.offset, p.count, p.partial ? " (partial)" : "");
+    if (fn (o, &p, err) == -1)
+      return -1;
+    n++;
+  }
+  if (n > 1)
+    reshape_stats_add (C_SPLITS, 1);
+  return 0;
+}
+
+/* Lock the blocks a write touches; see the comment at the top. */
+static bool
+lock_for_write (const struct op *o, struct rangelock_entry *e,
+                uint64_t offset, uint32_t count)
+{
+  const struct geometry *geo = &o->h->geo;
+  uint64_t start, end;
+  bool exclusive;
+
+  if (geo->min == 1)          /* no partial blocks, nothing to protect */
+    return false;
+  exclusive = !walk_is_aligned (geo, offset, count);
+  walk_round_out (geo, offset, count, &start, &end);
+  if (rangelock_acquire (&o->h->exp->locks, e, start, end, exclusive))
+    reshape_stats_add (C_LOCK_WAITS, 1);
+  return true;
+}
+
+static void
+unlock_for_write (const struct op *o, struct rangelock_entry *e, bool held)
+{
+  if (held)
+    rangelock_release (&o->h->exp->locks, e);
+}
+
+/* FUA goes on every piece when the plugin does it natively.  Else the
+ * pieces go without it and one flush follows once all succeeded,
+ * instead of the flush per piece nbdkit would emulate.
+ */
+static uint32_t
+fua_policy (nbdkit_next *next, uint32_t flags, bool *flush_after)
+{
+  *flush_after = false;
+  if ((flags & NBDKIT_FLAG_FUA) && next->can_fua (next) != NBDKIT_FUA_NATIVE) {
+    *flush_after = true;
+    flags &= ~NBDKIT_FLAG_FUA;
+  }
+  return flags;
+}
+
+static int
+flush_for_fua (nbdkit_next *next, int *err)
+{
+  reshape_stats_add (C_FUA_FLUSHES, 1);
+  reshape_stats_plugin (OP_FLUSH, 0);
+  return next->flush (next, 0, err);
+}
+
+/* A write-like request: lock, walk, then the FUA flush. */
+static int
+run_write (struct op *o, uint32_t count, uint32_t step, piece_fn fn,
+           int *err)
+{
+  struct rangelock_entry e;
+  bool flush_after, held;
+  int r;
+
+  o->flags = fua_policy (o->next, o->flags, &flush_after);
+  held = lock_for_write (o, &e, o->offset, count);
+  r = run_pieces (o, o->offset, count, step, fn, err);
+  unlock_for_write (o, &e, held);
+  if (r == 0 && flush_after)
+    r = flush_for_fua (o->next, err);
+  return r;
+}
+
+static int
+pread_piece (const struct op *o, const struct piece *p, int *err)
+{
+  char *dst = o->rbuf + (p->offset - o->offset);
+
+  if (p->partial)
+    return reshape_align_read (o->next, p, dst, err);
+  reshape_stats_plugin (OP_PREAD, p->count);
+  return o->next->pread (o->next, dst, p->count, p->offset, 0, err);
+}
+
+int
+reshape_split_pread (nbdkit_next *next, struct reshape_handle *h,
+                     void *buf, uint32_t count, uint64_t offset, int *err)
+{
+  struct op o = { .next = next, .h = h,
+                  .offset = offset, .rbuf = buf };
+
+  reshape_stats_client (OP_PREAD, count);
+  return run_pieces (&o, offset, count, h->geo.size, pread_piece, err);
+}
+
+static int
+pwrite_piece (const struct op *o, const struct piece *p, int *err)
+{
+  const char *src = o->wbuf + (p->offset - o->offset);
+
+  if (p->partial)
+    return reshape_align_write (o->next, p, src, o->flags, err);
+  reshape_stats_plugin (OP_PWRITE, p->count);
+  return o->next->pwrite (o->next, src, p->count, p->offset, o->flags, err);
+}
+
+int
+reshape_split_pwrite (nbdkit_next *next, struct reshape_handle *h,
+                      const void *buf, uint32_t count, uint64_t offset,
+                      uint32_t flags, int *err)
+{
+  struct op o = { .next = next, .h = h,
+                  .offset = offset, .wbuf = buf, .flags = flags };
+
+  reshape_stats_client (OP_PWRITE, count);
+  return run_write (&o, count, h->geo.size, pwrite_piece, err);
+}
+
+/* Partial blocks of a zero are written as zeros; MAY_TRIM and
+ * FAST_ZERO mean nothing to a pwrite, only FUA is kept.
+ */
+static int
+zero_piece (const struct op *o, const struct piece *p, int *err)
+{
+  if (p->partial)
+    return reshape_align_write (o->next, p, NULL,
+                                o->flags & NBDKIT_FLAG_FUA, err);
+  reshape_stats_plugin (OP_ZERO, p->count);
+  return o->next->zero (o->next, p->count, p->offset, o->flags, err);
+}
+
+int
+reshape_split_zero (nbdkit_next *next, struct reshape_handle *h,
+                    uint32_t count, uint64_t offset, uint32_t flags,
+                    int *err)
+{
+  struct op o = { .next = next, .h = h,
+                  .offset = offset, .flags = flags };
+
+  reshape_stats_client (OP_ZERO, count);
+  /* A fast zero must not fall back to writing: partial blocks would. */
+  if ((flags & NBDKIT_FLAG_FAST_ZERO) &&
+      !walk_is_aligned (&h->geo, offset, count)) {
+    *err = ENOTSUP;
+    return -1;
+  }
+  /* Zero carries no data: cut only where reshape-max demands. */
+  return run_write (&o, count, UINT32_MAX, zero_piece, err);
+}
+
+/* Trim is advisory; partial blocks are simply left as they are. */
+static int
+trim_piece (const struct op *o, const struct piece *p, int *err)
+{
+  if (p->partial)
+    return 0;
+  reshape_stats_plugin (OP_TRIM, p->count);
+  return o->next->trim (o->next, p->count, p->offset, o->flags, err);
+}
+
+int
+reshape_split_trim (nbdkit_next *next, struct reshape_handle *h,
+                    uint32_t count, uint64_t offset, uint32_t flags,
+                    int *err)
+{
+  struct op o = { .next = next, .h = h,
+                  .offset = offset, .flags = flags };
+
+  reshape_stats_client (OP_TRIM, count);
+  return run_write (&o, count, UINT32_MAX, trim_piece, err);
+}
+
+static int
+cache_piece (const struct op *o, const struct piece *p, int *err)
+{
+  reshape_stats_plugin (OP_CACHE, p->count);
+  return o->next->cache (o->next, p->count, p->offset, o->flags, err);
+}
+
+/* Cache is a hint: widen it to whole blocks, cut only at reshape-max. */
+int
+reshape_split_cache (nbdkit_next *next, struct reshape_handle *h,
+                     uint32_t count, uint64_t offset, uint32_t flags,
+                     int *err)
+{
+  struct op o = { .next = next, .h = h,
+                  .offset = offset, .flags = flags };
+  uint64_t start, end;
+
+  reshape_stats_client (OP_CACHE, count);
+  walk_round_out (&h->geo, offset, count, &start, &end);
+  return run_pieces (&o, start, end - start, UINT32_MAX, cache_piece, err);
+}
+
+/* Extents may answer for a prefix of the range, so one plugin call of
+ * at most reshape-max does.  It starts at the block holding offset;
+ * nbdkit clips what the plugin reports to the client's range.
+ */
+int
+reshape_split_extents (nbdkit_next *next, struct reshape_handle *h,
+                       uint32_t count, uint64_t offset, uint32_t flags,
+                       struct nbdkit_extents *extents, int *err)
+{
+  struct walk w;
+  struct piece p;
+  uint64_t start, end;
+
+  reshape_stats_client (OP_EXTENTS, count);
+  walk_round_out (&h->geo, offset, count, &start, &end);
+  walk_init (&w, &h->geo, start, end - start, UINT32_MAX);
+  walk_next (&w, &p);
+  reshape_stats_plugin (OP_EXTENTS, p.count);
+  return next->extents (next, p.count, p.offset, flags, extents, err);
+}

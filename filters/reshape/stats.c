@@ -1,0 +1,197 @@
+/* nbdkit-reshape-filter
+ * Copyright the nbdkit-reshape-filter authors.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * Statistics: what clients asked for beside what the plugin was sent,
+ * so the report shows at a glance how request sizes were reshaped.
+ * Counters are updated with relaxed atomics: no lock on the data path.
+ */
+
+#include <config.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nbdkit-filter.h>
+
+#include "reshape.h"
+
+#define BUCKETS 33                      /* log2 of 0 .. 4G */
+#define BAR 24                          /* widest histogram bar */
+
+struct opstats {
+  uint64_t count, bytes;
+  uint64_t hist[BUCKETS];
+};
+
+static struct opstats client[OP_COUNT], plugin[OP_COUNT];
+static uint64_t counters[C_COUNTERS];
+
+static const char *op_names[OP_COUNT] = {
+  "pread", "pwrite", "zero", "trim", "cache", "extents", "flush",
+};
+
+static const char *counter_names[C_COUNTERS] = {
+  [C_SPLITS] = "requests split",
+  [C_RMW_READS] = "partial blocks read",
+  [C_RMW_WRITES] = "read-modify-writes",
+  [C_LOCK_WAITS] = "range lock waits",
+  [C_FUA_FLUSHES] = "flushes standing in for FUA",
+  [C_MERGES] = "requests merged",
+  [C_RA_HITS] = "readahead hits",
+  [C_POOL_ALLOCS] = "pool buffers allocated",
+  [C_POOL_REUSES] = "pool buffers reused",
+  [C_POOL_WAITS] = "pool waits at the cap",
+  [C_POOL_HIGH] = "pool high-water (bytes)",
+  [C_SOCK_RAISED] = "client sockets raised",
+  [C_SOCK_OBTAINED] = "socket send buffer obtained (bytes)",
+};
+
+static unsigned
+bucket (uint64_t bytes)
+{
+  unsigned b = 0;
+
+  while (b + 1 < BUCKETS && (bytes >> (b + 1)) != 0)
+    b++;
+  return b;
+}
+
+static void
+account (struct opstats *s, uint64_t bytes)
+{
+  __atomic_fetch_add (&s->count, 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add (&s->bytes, bytes, __ATOMIC_RELAXED);
+  __atomic_fetch_add (&s->hist[bucket (bytes)], 1, __ATOMIC_RELAXED);
+}
+
+void
+reshape_stats_client (enum reshape_op op, uint64_t bytes)
+{
+  account (&client[op], bytes);
+}
+
+void
+reshape_stats_plugin (enum reshape_op op, uint64_t bytes)
+{
+  account (&plugin[op], bytes);
+}
+
+void
+reshape_stats_add (enum reshape_counter c, uint64_t n)
+{
+  __atomic_fetch_add (&counters[c], n, __ATOMIC_RELAXED);
+}
+
+void
+reshape_stats_max (enum reshape_counter c, uint64_t v)
+{
+  uint64_t old = __atomic_load_n (&counters[c], __ATOMIC_RELAXED);
+
+  while (v > old &&
+         !__atomic_compare_exchange_n (&counters[c], &old, v, false,
+                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    ;
+}
+
+/* 4096 -> "4K", 1536 -> "1.5K". */
+static const char *
+human (uint64_t v, char *buf, size_t len)
+{
+  static const char units[] = "KMGT";
+  double d = v;
+  int u = -1;
+
+  while (d >= 1024 && u < 3) {
+    d /= 1024;
+    u++;
+  }
+  if (u < 0)
+    snprintf (buf, len, "%" PRIu64, v);
+  else if (d == (uint64_t) d)
+    snprintf (buf, len, "%" PRIu64 "%c", (uint64_t) d, units[u]);
+  else
+    snprintf (buf, len, "%.1f%c", d, units[u]);
+  return buf;
+}
+
+static void
+bar (FILE *fp, uint64_t n, uint64_t scale)
+{
+  unsigned w = scale ? (unsigned) ((n * BAR + scale - 1) / scale) : 0;
+
+  fprintf (fp, "%-*.*s", BAR, w, "########################################");
+}
+
+/* Side by side, one line per size class either side used. */
+static void
+histogram (FILE *fp, enum reshape_op op)
+{
+  const struct opstats *c = &client[op], *p = &plugin[op];
+  uint64_t scale = 0;
+  char b[32];
+  unsigned i;
+
+  for (i = 0; i < BUCKETS; i++) {
+    if (c->hist[i] > scale) scale = c->hist[i];
+    if (p->hist[i] > scale) scale = p->hist[i];
+  }
+  fprintf (fp, "\n%s sizes     %-*s  %-*s\n", op_names[op],
+           BAR + 10, "client requests", BAR + 10, "plugin requests");
+  for (i = 0; i < BUCKETS; i++) {
+    if (c->hist[i] == 0 && p->hist[i] == 0)
+      continue;
+    fprintf (fp, "  %6s+  ", human ((uint64_t) 1 << i, b, sizeof b));
+    bar (fp, c->hist[i], scale);
+    fprintf (fp, " %9" PRIu64 "  ", c->hist[i]);
+    bar (fp, p->hist[i], scale);
+    fprintf (fp, " %9" PRIu64 "\n", p->hist[i]);
+  }
+}
+
+static void
+write_report (FILE *fp)
+{
+  char b1[32], b2[32];
+  unsigned op, i;
+
+  fprintf (fp, "nbdkit-reshape-filter statistics\n\n");
+  fprintf (fp, "%-8s %16s %10s %16s %10s\n",
+           "op", "client requests", "bytes", "plugin requests", "bytes");
+  for (op = 0; op < OP_COUNT; op++)
+    fprintf (fp, "%-8s %16" PRIu64 " %10s %16" PRIu64 " %10s\n",
+             op_names[op], client[op].count,
+             human (client[op].bytes, b1, sizeof b1),
+             plugin[op].count, human (plugin[op].bytes, b2, sizeof b2));
+  for (op = 0; op < OP_COUNT; op++)
+    if (op != OP_FLUSH && (client[op].count || plugin[op].count))
+      histogram (fp, op);
+  fprintf (fp, "\n");
+  for (i = 0; i < C_COUNTERS; i++)
+    fprintf (fp, "%-38s %" PRIu64 "\n", counter_names[i], counters[i]);
+}
+
+/* Write the report to file if given, and as debug lines (-v). */
+void
+reshape_stats_report (const char *file)
+{
+  char *text = NULL, *line, *save = NULL;
+  size_t len = 0;
+  FILE *fp = open_memstream (&text, &len);
+
+  if (fp == NULL)
+    return;
+  write_report (fp);
+  fclose (fp);
+  if (file) {
+    FILE *out = fopen (file, "w");
+    if (out == NULL || fputs (text, out) == EOF || fclose (out) == EOF)
+      nbdkit_error ("reshape-stats: %s: %m", file);
+  }
+  for (line = strtok_r (text, "\n", &save); line;
+       line = strtok_r (NULL, "\n", &save))
+    nbdkit_debug ("reshape: %s", line);
+  free (text);
+}

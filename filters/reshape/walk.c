@@ -1,0 +1,114 @@
+/* nbdkit-reshape-filter
+ * Copyright the nbdkit-reshape-filter authors.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * The one way a range is walked.  Split, read-modify-write and every
+ * later feature take their pieces from here, so the rules (alignment,
+ * cut points, cap, end of export) are in one place.
+ */
+
+#include <config.h>
+
+#include <assert.h>
+
+#include "walk.h"
+
+static uint64_t
+min64 (uint64_t a, uint64_t b)
+{
+  return a < b ? a : b;
+}
+
+void
+walk_init (struct walk *w, const struct geometry *geo,
+           uint64_t offset, uint64_t count, uint32_t step)
+{
+  assert (geo->min > 0 && geo->max >= geo->min);
+  assert (offset + count <= geo->exportsize);
+  w->pos = offset;
+  w->end = offset + count;
+  w->align = geo->min;
+  w->cap = geo->max;
+  w->step = step < geo->max ? step : geo->max;
+  w->exportsize = geo->exportsize;
+  /* Cut points must be block boundaries, or a cut would make a
+   * partial block out of an aligned request.
+   */
+  w->step -= w->step % w->align;
+  assert (w->step > 0);
+}
+
+/* The end of the minimum block holding pos, clipped at end of export. */
+static uint64_t
+block_end (const struct walk *w, uint64_t block_start)
+{
+  return min64 (block_start + w->align, w->exportsize);
+}
+
+/* How far an aligned piece starting at w->pos may reach. */
+static uint64_t
+aligned_end (const struct walk *w)
+{
+  uint64_t end = w->end;
+  uint64_t next_cut = (w->pos / w->step + 1) * w->step;
+
+  /* A range ending mid-block stops at the block start, except at the
+   * end of the export where the short final block counts as whole.
+   */
+  if (end != w->exportsize)
+    end -= end % w->align;
+  end = min64 (end, next_cut);
+  return min64 (end, w->pos + w->cap);
+}
+
+bool
+walk_next (struct walk *w, struct piece *p)
+{
+  uint64_t bstart, bend;
+
+  if (w->pos >= w->end)
+    return false;
+
+  bstart = w->pos - w->pos % w->align;
+  bend = block_end (w, bstart);
+  p->offset = w->pos;
+  if (w->pos != bstart || w->end < bend) {
+    p->partial = true;
+    p->count = min64 (w->end, bend) - w->pos;
+    p->blk_offset = bstart;
+    p->blk_count = bend - bstart;
+  }
+  else {
+    p->partial = false;
+    p->count = aligned_end (w) - w->pos;
+    p->blk_offset = p->offset;
+    p->blk_count = p->count;
+  }
+  assert (p->count > 0);
+  w->pos += p->count;
+  return true;
+}
+
+bool
+walk_is_aligned (const struct geometry *geo, uint64_t offset, uint32_t count)
+{
+  uint64_t end = offset + count;
+
+  if (geo->min == 1)
+    return true;
+  if (offset % geo->min)
+    return false;
+  return end % geo->min == 0 || end == geo->exportsize;
+}
+
+void
+walk_round_out (const struct geometry *geo, uint64_t offset, uint32_t count,
+                uint64_t *start, uint64_t *end)
+{
+  uint64_t e = offset + count;
+
+  *start = offset - offset % geo->min;
+  if (e % geo->min)
+    e += geo->min - e % geo->min;
+  *end = min64 (e, geo->exportsize);
+}
