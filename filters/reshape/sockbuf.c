@@ -10,7 +10,9 @@
  *     the name of one of our listening unix sockets (an accepted unix
  *     socket carries the listener's name; sockets the plugin connected
  *     out with have no local name, and TCP is not AF_UNIX);
- *   - in -s mode, the one socket that is both stdin and stdout.
+ *   - with no unix listener (-s mode: nbdkit moved stdin/stdout to
+ *     other descriptors), the unnamed connected unix socket whose peer
+ *     is the process of the client now connecting (SO_PEERCRED).
  *
  * Each one gets the asked send buffer if that is larger than what it
  * has.  The size the kernel actually grants is recorded, and a warning
@@ -74,6 +76,7 @@ struct scan {
   struct unix_name listeners[MAX_LISTENERS];
   unsigned nr_listeners;
   uint32_t want;                  /* reshape-sndbuf */
+  int64_t client_pid;             /* -s mode only */
 };
 
 /* Unix stream socket?  Fills in its local name and whether it listens. */
@@ -116,18 +119,21 @@ same_name (const struct unix_name *a, const struct unix_name *b)
             a->len - offsetof (struct sockaddr_un, sun_path)) == 0;
 }
 
-/* -s mode: stdin and stdout are one connected unix stream socket. */
+/* -s mode: is fd's peer the client connecting now? */
 static bool
-is_stdio_connection (int fd)
+is_stdio_connection (const struct scan *s, int fd)
 {
-  struct stat s0, s1;
+#ifdef SO_PEERCRED
+  struct ucred cred;
+  socklen_t len = sizeof cred;
 
-  if (fd != 0 && fd != 1)
+  if (s->nr_listeners > 0 || s->client_pid <= 0)
     return false;
-  if (fstat (0, &s0) == -1 || fstat (1, &s1) == -1)
-    return false;
-  return S_ISSOCK (s0.st_mode) &&
-    s0.st_dev == s1.st_dev && s0.st_ino == s1.st_ino;
+  return getsockopt (fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
+    cred.pid == s->client_pid;
+#else
+  return false;
+#endif
 }
 
 /* Call fn on every open file descriptor. */
@@ -184,10 +190,8 @@ is_client_connection (const struct scan *s, int fd)
 
   if (!unix_stream (fd, &n, &listening) || listening)
     return false;
-  if (is_stdio_connection (fd))
-    return true;
   if (!named (&n))
-    return false;
+    return is_stdio_connection (s, fd);
   for (i = 0; i < s->nr_listeners; i++)
     if (same_name (&s->listeners[i], &n))
       return true;
@@ -244,6 +248,8 @@ reshape_sockbuf_raise (uint32_t want)
   if (want == 0)
     return;
   for_each_fd (find_listener, &s);
+  if (s.nr_listeners == 0)
+    s.client_pid = nbdkit_peer_pid ();
   for_each_fd (raise_one, &s);
 }
 

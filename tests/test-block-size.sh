@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Clients are told minimum 1, preferred = reshape-size (as settled with
+# the plugin's limits), maximum 64M; nbdcopy and qemu-img listen.
+source "$srcdir/functions.sh"
+requires nbdinfo --version
+requires nbdcopy --version
+
+# sizes "PLUGIN ARGS" -> "min pref max" as nbdinfo sees them
+sizes ()
+{
+  nbdkit -U - --filter="$FILTER" "$@" --run 'nbdinfo --json "$uri"' |
+    /usr/bin/python3 -c '
+import json, sys
+e = json.load(sys.stdin)["exports"][0]
+print(e["block_size_minimum"], e["block_size_preferred"], e["block_size_maximum"])'
+}
+expect ()
+{
+  local want=$1; shift
+  local got
+  got=$(sizes "$@")
+  test "$got" = "$want" || fail "$*: block sizes '$got', want '$want'"
+  echo "ok: $* -> $got"
+}
+policy="--filter=blocksize-policy"
+
+expect "1 262144 67108864"   memory 1M
+expect "1 1048576 67108864"  memory 1M reshape-size=1M
+# The plugin's preferred size is the default when larger than 4K ...
+expect "1 2097152 67108864"  $policy memory 1M blocksize-preferred=2M
+# ... else 256K; a 4K minimum is hidden from clients.
+expect "1 262144 67108864"   $policy memory 1M blocksize-minimum=4096 \
+                                      blocksize-preferred=4096
+# The cap wins over the size, the plugin's cap over ours.
+expect "1 65536 67108864"    memory 1M reshape-size=1M reshape-max=64K
+expect "1 65536 67108864"    memory 1M reshape-size=1M reshape-max=96K
+expect "1 131072 67108864"   $policy memory 1M blocksize-maximum=128K \
+                                      reshape-size=1M
+# A minimum above the size raises the size.
+expect "1 65536 67108864"    $policy memory 1M blocksize-minimum=64K \
+                                      blocksize-preferred=64K reshape-size=4K
+
+# nbdcopy uses MAX(--request-size, preferred): 64K requests become 1M.
+nbdkit -U - pattern 8M --run 'nbdcopy "$uri" '"$tmp/src"
+nbdkit -U - --filter=log --filter="$FILTER" memory 8M \
+  logfile="$tmp/nbdcopy.log" reshape-size=1M \
+  --run 'nbdcopy --request-size=65536 '"$tmp/src"' "$uri"'
+counts=$(grep -o 'Write id=.* count=0x[0-9a-f]*' "$tmp/nbdcopy.log" |
+         sed 's/.*count=//' | sort -u)
+test "$counts" = "0x100000" || fail "nbdcopy wrote sizes: $counts"
+echo "ok: nbdcopy --request-size=65536 wrote 1M requests"
+
+# qemu-img convert sizes its buffer from the destination's preferred size.
+if qemu-img --version >/dev/null 2>&1; then
+  nbdkit -U - --filter=log --filter="$FILTER" memory 8M \
+    logfile="$tmp/qemu.log" reshape-size=4M \
+    --run 'qemu-img convert -n -f raw -O raw '"$tmp/src"' "$uri"'
+  counts=$(grep -o 'Write id=.* count=0x[0-9a-f]*' "$tmp/qemu.log" |
+           sed 's/.*count=//' | sort -u)
+  test "$counts" = "0x400000" || fail "qemu-img wrote sizes: $counts"
+  echo "ok: qemu-img convert wrote 4M requests"
+fi

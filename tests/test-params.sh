@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Every bad parameter value is refused at start-up with a message that
+# names the parameter and the accepted range, and nbdkit exits non-zero.
+source "$srcdir/functions.sh"
+requires nbdkit --version
+
+# bad KEY=VALUE EXPECTED-TEXT
+bad ()
+{
+  local param=$1 want=$2
+  if nbdkit_reshape null 1M "$param" --run true > "$tmp/out" 2>&1; then
+    fail "$param was accepted"
+  fi
+  grep -q -- "${param%%=*}" "$tmp/out" ||
+    fail "$param: message does not name the parameter: $(cat "$tmp/out")"
+  grep -q -- "$want" "$tmp/out" ||
+    fail "$param: message lacks '$want': $(cat "$tmp/out")"
+  echo "refused as expected: $param: $(grep -m1 reshape "$tmp/out")"
+}
+good ()
+{
+  nbdkit_reshape null 1M "$@" --run true ||
+    fail "valid parameters refused: $*"
+}
+
+bad reshape-size=3000        "power of 2 from 4K to 32M"
+bad reshape-size=2K          "power of 2 from 4K to 32M"
+bad reshape-size=64M         "power of 2 from 4K to 32M"
+bad reshape-size=banana      "power of 2 from 4K to 32M"
+bad reshape-size=-4096       "power of 2 from 4K to 32M"
+bad reshape-min=3            "power of 2 from 1 to 64K"
+bad reshape-min=128K         "power of 2 from 1 to 64K"
+bad reshape-max=256          "from 512 to 4G-1"
+bad reshape-max=4G           "from 512 to 4G-1"
+bad reshape-pool=1K          "from 64K to 1T"
+bad reshape-sndbuf=1         "'off' or a size from 4K to 256M"
+bad reshape-sndbuf=1G        "'off' or a size from 4K to 256M"
+bad reshape-sndbuf=maybe     "'off' or a size from 4K to 256M"
+bad reshape-stats=/nonexistent/dir/stats "cannot write"
+bad reshape-sise=1M          "unknown parameter"
+
+good reshape-size=4K reshape-min=1 reshape-max=512 reshape-pool=64K
+good reshape-size=32M reshape-min=64K reshape-max=4294967295
+good reshape-sndbuf=off
+good reshape-sndbuf=0
+good reshape-sndbuf=2M reshape-stats="$tmp/stats"
+test -s "$tmp/stats" || fail "reshape-stats file not written"
+
+# A cap below the plugin's minimum refuses the connection, clearly.
+if nbdkit -U - --filter="$FILTER" --filter=blocksize-policy memory 1M \
+     blocksize-minimum=4096 reshape-max=1K \
+     --run 'nbdinfo "$uri"' > "$tmp/out" 2>&1; then
+  fail "reshape-max below the minimum block size was accepted"
+fi
+grep -q "reshape-max: the cap" "$tmp/out" || fail "$(cat "$tmp/out")"

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The plugin (seen by nbdkit-log-filter below the filter) receives
+# pieces cut at reshape-size and never above reshape-max; zero, trim
+# and cache are cut only as reshape-max demands; FUA is per piece when
+# native, else one flush after the pieces.
+source "$srcdir/functions.sh"
+requires nbdsh --version
+
+# reqs LOG KIND: "offset count" of each KIND request, in decimal
+reqs ()
+{
+  grep " $2 id=" "$1" |
+    sed -E 's/.*offset=(0x[0-9a-f]+) count=(0x[0-9a-f]+).*/\1 \2/' |
+    while read -r o c; do echo "$((o)) $((c))"; done
+}
+# largest LOG KIND
+largest () { reqs "$1" "$2" | awk 'BEGIN{m=0} $2>m{m=$2} END{print m}'; }
+howmany () { reqs "$1" "$2" | wc -l; }
+
+script='
+h.pwrite(bytearray(b"a" * (3 << 20)), 12345)
+assert h.pread(3 << 20, 12345) == b"a" * (3 << 20)
+h.zero(1 << 30, 0)
+h.trim(1 << 30, 0)
+h.cache(1 << 30, 0)
+h.block_status(1 << 20, 0, lambda *args: 0)
+'
+log="$tmp/plugin.log"
+nbdkit -U - --filter="$FILTER" --filter=log memory 2G \
+  logfile="$log" reshape-size=64K \
+  --run 'nbdsh --base-allocation -u "$uri" -c '"'$script'"
+test "$(largest "$log" Read)" -le 65536 || fail "read above reshape-size"
+test "$(largest "$log" Write)" -le 65536 || fail "write above reshape-size"
+test "$(howmany "$log" Write)" -ge 48 || fail "3M write was not split"
+test "$(howmany "$log" Zero)" = 1 || fail "a 1G zero was split: $(howmany "$log" Zero)"
+test "$(howmany "$log" Trim)" = 1 || fail "a 1G trim was split"
+test "$(howmany "$log" Cache)" = 1 || fail "a 1G cache was split"
+echo "ok: size 64K: pieces <= 64K, zero/trim/cache whole"
+
+# Pieces cut at reshape-size land on multiples of it.
+reqs "$log" Write | awk '
+  NR > 1 && NR < total { if ($1 % 65536) { print "unaligned cut " $1; exit 1 } }
+' total="$(howmany "$log" Write)" || fail "cut points not at reshape-size"
+
+# reshape-max caps everything, extents included.
+log="$tmp/max.log"
+nbdkit -U - --filter="$FILTER" --filter=log memory 2G \
+  logfile="$log" reshape-size=1M reshape-max=96K \
+  --run 'nbdsh --base-allocation -u "$uri" -c '"'$script'"
+for k in Read Write Zero Trim Cache Extents; do
+  m=$(largest "$log" $k)
+  test "$m" -le 98304 || fail "$k of $m above reshape-max 96K"
+  test "$m" -gt 0 || fail "no $k reached the plugin"
+done
+test "$(howmany "$log" Zero)" -ge $(( (1 << 30) / 98304 )) ||
+  fail "1G zero not cut at reshape-max"
+echo "ok: max 96K caps read, write, zero, trim, cache, extents"
+
+# FUA: native -> on every piece; emulated -> pieces without, one flush.
+fua='h.pwrite(bytearray(1 << 20), 0, nbd.CMD_FLAG_FUA)'
+log="$tmp/native.log"
+nbdkit -U - --filter="$FILTER" --filter=log --filter=fua memory 4M \
+  logfile="$log" fuamode=native reshape-size=64K \
+  --run 'nbdsh -u "$uri" -c "'"$fua"'"'
+test "$(grep ' Write id=' "$log" | grep -c 'fua=1')" = 16 ||
+  fail "native FUA not on every piece"
+test "$(grep -c ' Flush id=' "$log")" = 0 || fail "flush with native FUA"
+log="$tmp/emulate.log"
+nbdkit -U - --filter="$FILTER" --filter=log --filter=fua memory 4M \
+  logfile="$log" fuamode=emulate reshape-size=64K \
+  --run 'nbdsh -u "$uri" -c "'"$fua"'"'
+test "$(grep ' Write id=' "$log" | grep -c 'fua=0')" = 16 ||
+  fail "emulated FUA: pieces should go without FUA"
+test "$(grep -c ' Flush id=' "$log")" = 1 ||
+  fail "emulated FUA: want exactly one flush, got $(grep -c ' Flush id=' "$log")"
+grep ' Write id=\| Flush id=' "$log" | tail -1 | grep -q Flush ||
+  fail "the flush must come after the pieces"
+echo "ok: FUA native per piece, emulated as one flush after"

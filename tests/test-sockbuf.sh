@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# reshape-sndbuf raises SO_SNDBUF of the accepted unix-socket client
+# connection (-U and -s), and of nothing else: not the listening
+# socket, not the plugin's own outbound connection.
+source "$srcdir/functions.sh"
+requires nbdsh --version
+case "$(uname -s)" in Linux) ;; *) echo "Linux-only checks: skipped"; exit 77;; esac
+
+stat_of () { awk -v k="$2" 'index($0, k) == 1 {print $NF}' "$1"; }
+
+# -U: the kernel's own view (ss) of nbdkit's connected socket.
+sock="$tmp/sock"
+start_server "$sock" "$tmp/pid" --filter="$FILTER" memory 1M \
+  reshape-sndbuf=1M reshape-stats="$tmp/stats-U"
+nbdsh -u "nbd+unix:///?socket=$sock" -c '
+import subprocess
+print(subprocess.run(["ss", "-x", "-a", "-m", "-p"], capture_output=True,
+                     text=True).stdout)' > "$tmp/ss" 2>&1 || :
+stop_servers
+if grep -q skmem "$tmp/ss"; then
+  # Linux doubles the value set (socket(7)): 1M asked is tb2097152.
+  grep -A1 "ESTAB.*$sock.*nbdkit" "$tmp/ss" | grep -q 'tb2097152' ||
+    { cat "$tmp/ss"; fail "nbdkit's client socket has no 1M send buffer"; }
+  if grep -A1 "LISTEN.*$sock" "$tmp/ss" | grep -q 'tb2097152'; then
+    fail "the listening socket was changed"
+  fi
+  echo "ok: ss shows tb2097152 on the accepted connection only"
+fi
+test "$(stat_of "$tmp/stats-U" "client sockets raised")" = 1 ||
+  fail "-U: want 1 socket raised: $(cat "$tmp/stats-U")"
+test "$(stat_of "$tmp/stats-U" "socket send buffer obtained")" -ge 1048576 ||
+  fail "-U: obtained less than asked"
+
+# -s: the socket that is stdin and stdout.
+nbdsh -c '
+h.connect_command(["nbdkit", "-s", "--filter='"$FILTER"'", "memory", "1M",
+                   "reshape-sndbuf=1M", "reshape-stats='"$tmp/stats-s"'"])
+h.pwrite(b"x" * 100, 0)
+assert h.pread(100, 0) == b"x" * 100
+h.shutdown()'
+sleep 0.5
+test "$(stat_of "$tmp/stats-s" "client sockets raised")" = 1 ||
+  fail "-s: want 1 socket raised: $(cat "$tmp/stats-s")"
+echo "ok: -s mode"
+
+# The nbd plugin's outbound unix connection is not a client connection.
+start_server "$tmp/inner" "$tmp/inner.pid" memory 1M
+nbdkit -U - --filter="$FILTER" nbd socket="$tmp/inner" \
+  reshape-sndbuf=1M reshape-stats="$tmp/stats-nbd" \
+  --run 'nbdsh -u "$uri" -c "h.pwrite(b\"y\", 0)"'
+test "$(stat_of "$tmp/stats-nbd" "client sockets raised")" = 1 ||
+  fail "nbd plugin: want only the client raised: $(cat "$tmp/stats-nbd")"
+echo "ok: plugin's outbound socket untouched"
+
+# off: nothing raised.
+nbdkit -U - --filter="$FILTER" memory 1M reshape-sndbuf=off \
+  reshape-stats="$tmp/stats-off" --run 'nbdinfo "$uri" >/dev/null'
+test "$(stat_of "$tmp/stats-off" "client sockets raised")" = 0 ||
+  fail "reshape-sndbuf=off raised a socket"
+echo "ok: off"
