@@ -7,13 +7,15 @@
  * pieces read into or write from slices of the client's buffer
  * directly; only partial blocks go through bounce buffers (align.c).
  *
- * Writes (pwrite, zero, trim) lock their block range for the time of
- * the request: exclusively when a partial block will be
- * read-modify-written, shared otherwise.  Whole-block writers thus run
- * in parallel with each other but never inside somebody's
- * read-modify-write of the same block.  Reads take no lock: a
- * read-modify-write writes back the bytes it did not change as they
- * were, so a concurrent read sees old or new data, never torn data.
+ * Each piece of a write (pwrite, zero, trim) locks its blocks while it
+ * runs: exclusively when it read-modify-writes a partial block, shared
+ * when it writes whole blocks.  Whole-block writers thus run in
+ * parallel with each other but never inside somebody's
+ * read-modify-write of the same block, and two requests that merely
+ * share a block serialize only on that block.  A piece never waits for
+ * a lock while holding one, so locks cannot deadlock.  Reads take no
+ * lock: a read-modify-write writes back the bytes it did not change as
+ * they were, so a concurrent read sees old or new data, never torn data.
  */
 
 #include <config.h>
@@ -33,10 +35,29 @@ struct op {
   char *rbuf;                 /* pread */
   const char *wbuf;           /* pwrite */
   uint32_t flags;             /* flags for each piece */
+  bool write;                 /* pieces take block-range locks */
 };
 
 typedef int (*piece_fn) (const struct op *o, const struct piece *p,
                          int *err);
+
+/* One piece, under its block-range lock for writes (see the top). */
+static int
+run_piece (const struct op *o, const struct piece *p, piece_fn fn, int *err)
+{
+  struct rangelock_entry e;
+  struct rangelock *locks = &o->h->exp->locks;
+  int r;
+
+  if (!o->write || o->h->geo.min == 1)   /* no partial blocks ever */
+    return fn (o, p, err);
+  if (rangelock_acquire (locks, &e, p->blk_offset,
+                         p->blk_offset + p->blk_count, p->partial))
+    reshape_stats_add (C_LOCK_WAITS, 1);
+  r = fn (o, p, err);
+  rangelock_release (locks, &e);
+  return r;
+}
 
 /* Walk [offset, offset+count) and run fn on every piece.  A failed
  * piece fails the request; pieces run one after another, so nothing is
@@ -55,38 +76,13 @@ run_pieces (const struct op *o, uint64_t offset, uint64_t count,
     if (reshape_debug_split)
       nbdkit_debug ("reshape: piece %u: %" PRIu64 "+%" PRIu32 "%s",
                     n, p.offset, p.count, p.partial ? " (partial)" : "");
-    if (fn (o, &p, err) == -1)
+    if (run_piece (o, &p, fn, err) == -1)
       return -1;
     n++;
   }
   if (n > 1)
     reshape_stats_add (C_SPLITS, 1);
   return 0;
-}
-
-/* Lock the blocks a write touches; see the comment at the top. */
-static bool
-lock_for_write (const struct op *o, struct rangelock_entry *e,
-                uint64_t offset, uint32_t count)
-{
-  const struct geometry *geo = &o->h->geo;
-  uint64_t start, end;
-  bool exclusive;
-
-  if (geo->min == 1)          /* no partial blocks, nothing to protect */
-    return false;
-  exclusive = !walk_is_aligned (geo, offset, count);
-  walk_round_out (geo, offset, count, &start, &end);
-  if (rangelock_acquire (&o->h->exp->locks, e, start, end, exclusive))
-    reshape_stats_add (C_LOCK_WAITS, 1);
-  return true;
-}
-
-static void
-unlock_for_write (const struct op *o, struct rangelock_entry *e, bool held)
-{
-  if (held)
-    rangelock_release (&o->h->exp->locks, e);
 }
 
 /* FUA goes on every piece when the plugin does it natively.  Else the
@@ -112,19 +108,17 @@ flush_for_fua (nbdkit_next *next, int *err)
   return next->flush (next, 0, err);
 }
 
-/* A write-like request: lock, walk, then the FUA flush. */
+/* A write-like request: walk with locks, then the FUA flush. */
 static int
 run_write (struct op *o, uint32_t count, uint32_t step, piece_fn fn,
            int *err)
 {
-  struct rangelock_entry e;
-  bool flush_after, held;
+  bool flush_after;
   int r;
 
+  o->write = true;
   o->flags = fua_policy (o->next, o->flags, &flush_after);
-  held = lock_for_write (o, &e, o->offset, count);
   r = run_pieces (o, o->offset, count, step, fn, err);
-  unlock_for_write (o, &e, held);
   if (r == 0 && flush_after)
     r = flush_for_fua (o->next, err);
   return r;
