@@ -18,9 +18,12 @@
  * has.  The size the kernel actually grants is recorded, and a warning
  * is given once if the kernel capped it (Linux: net.core.wmem_max).
  *
- * Defaults, measured (see README, "Socket send buffer"): Linux 6.x
- * showed no gain from a larger buffer, so it stays off there; on macOS
- * QEMU measured up to 12x from 2M (the seed thread), so 2M there.
+ * Defaults, measured (see README, "Socket send buffer"): on Linux 6.18
+ * nbdcopy reading 4G in 256K requests ran 1.28x faster with 2M than
+ * with the kernel's default (4M: no better); on macOS QEMU measured up
+ * to 12x from 2M (the seed thread).  So 2M on both, off elsewhere
+ * (unmeasured).  When the default is capped by the kernel that is only
+ * a debug message: the user did not ask for it.
  */
 
 #include <config.h>
@@ -49,7 +52,7 @@
 
 #include "reshape.h"
 
-#if defined (__APPLE__)
+#if defined (__linux__) || defined (__APPLE__)
 #define DEFAULT_SNDBUF (2 * 1024 * 1024)
 #else
 #define DEFAULT_SNDBUF 0
@@ -230,7 +233,11 @@ raise_one (int fd, void *opaque)
     if (getsockopt (fd, SOL_SOCKET, SO_SNDBUF, &cur, &len) == -1)
       return;
     reshape_stats_add (C_SOCK_RAISED, 1);
-    if (cur < target && __atomic_exchange_n (&warned, 1, __ATOMIC_RELAXED) == 0)
+    if (cur < target && !reshape_cfg.sndbuf_set)
+      nbdkit_debug ("reshape: default send buffer capped by the kernel "
+                    "at %d bytes", cur);
+    else if (cur < target &&
+             __atomic_exchange_n (&warned, 1, __ATOMIC_RELAXED) == 0)
       nbdkit_error ("reshape-sndbuf: warning: the kernel capped the send "
                     "buffer at %d bytes (asked %" PRIu32 "); raise "
                     "net.core.wmem_max to allow more", cur, s->want);
