@@ -58,3 +58,23 @@ nbdkit -U - --filter="$FILTER" memory 1M reshape-sndbuf=off \
 test "$(stat_of "$tmp/stats-off" "client sockets raised")" = 0 ||
   fail "reshape-sndbuf=off raised a socket"
 echo "ok: off"
+
+# Without /proc the descriptors are found by trying each one.  Needs a
+# private mount namespace (root): skipped quietly where unavailable.
+if unshare --mount --propagation private true 2>/dev/null; then
+  unshare --mount --propagation private sh -c '
+    mount -t tmpfs none /proc || exit 0
+    test -e /proc/self/fd && exit 1
+    nbdkit -U "$1/np.sock" -P "$1/np.pid" --filter="$2" memory 1M \
+      reshape-sndbuf=1M reshape-stats="$1/stats-noproc" || exit 1
+    for i in $(seq 50); do test -S "$1/np.sock" && break; sleep 0.1; done
+    nbdsh -u "nbd+unix:///?socket=$1/np.sock" -c "h.pwrite(b\"a\", 0)"
+    kill $(cat "$1/np.pid")
+    while kill -0 $(cat "$1/np.pid") 2>/dev/null; do sleep 0.1; done
+  ' sh "$tmp" "$FILTER" || fail "no-/proc run failed"
+  if [ -f "$tmp/stats-noproc" ]; then
+    test "$(stat_of "$tmp/stats-noproc" "client sockets raised")" = 1 ||
+      fail "without /proc: want 1 socket raised"
+    echo "ok: without /proc"
+  fi
+fi
