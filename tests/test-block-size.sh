@@ -40,23 +40,26 @@ expect "1 131072 67108864"   $policy memory 1M blocksize-maximum=128K \
 expect "1 65536 67108864"    $policy memory 1M blocksize-minimum=64K \
                                       blocksize-preferred=64K reshape-size=4K
 
-# nbdcopy uses MAX(--request-size, preferred): 64K requests become 1M.
+# client_writes SIZE CLIENT-COMMAND: the sizes of the writes a client
+# sends to an export whose reshape-size is SIZE (log filter above).
+client_writes ()
+{
+  nbdkit -U - --filter=log --filter="$FILTER" memory 8M \
+    logfile="$tmp/client.log" reshape-size="$1" --run "$2" >&2
+  grep -o 'Write id=.* count=0x[0-9a-f]*' "$tmp/client.log" |
+    sed 's/.*count=//' | sort -u
+  rm -f "$tmp/client.log"
+}
 nbdkit -U - pattern 8M --run 'nbdcopy "$uri" '"$tmp/src"
-nbdkit -U - --filter=log --filter="$FILTER" memory 8M \
-  logfile="$tmp/nbdcopy.log" reshape-size=1M \
-  --run 'nbdcopy --request-size=65536 '"$tmp/src"' "$uri"'
-counts=$(grep -o 'Write id=.* count=0x[0-9a-f]*' "$tmp/nbdcopy.log" |
-         sed 's/.*count=//' | sort -u)
+
+# nbdcopy uses MAX(--request-size, preferred): 64K requests become 1M.
+counts=$(client_writes 1M 'nbdcopy --request-size=65536 '"$tmp/src"' "$uri"')
 test "$counts" = "0x100000" || fail "nbdcopy wrote sizes: $counts"
 echo "ok: nbdcopy --request-size=65536 wrote 1M requests"
 
 # qemu-img convert sizes its buffer from the destination's preferred size.
 if qemu-img --version >/dev/null 2>&1; then
-  nbdkit -U - --filter=log --filter="$FILTER" memory 8M \
-    logfile="$tmp/qemu.log" reshape-size=4M \
-    --run 'qemu-img convert -n -f raw -O raw '"$tmp/src"' "$uri"'
-  counts=$(grep -o 'Write id=.* count=0x[0-9a-f]*' "$tmp/qemu.log" |
-           sed 's/.*count=//' | sort -u)
+  counts=$(client_writes 4M 'qemu-img convert -n -f raw -O raw '"$tmp/src"' "$uri"')
   test "$counts" = "0x400000" || fail "qemu-img wrote sizes: $counts"
   echo "ok: qemu-img convert wrote 4M requests"
 fi

@@ -57,18 +57,19 @@ test "$(howmany "$log" Zero)" -ge $(( (1 << 30) / 98304 )) ||
 echo "ok: max 96K caps read, write, zero, trim, cache, extents"
 
 # FUA: native -> on every piece; emulated -> pieces without, one flush.
-fua='h.pwrite(bytearray(1 << 20), 0, nbd.CMD_FLAG_FUA)'
-log="$tmp/native.log"
-nbdkit -U - --filter="$FILTER" --filter=log --filter=fua memory 4M \
-  logfile="$log" fuamode=native reshape-size=64K \
-  --run 'nbdsh -u "$uri" -c "'"$fua"'"'
+# fua_log MODE: plugin log of one 1M FUA write cut into 16 pieces
+fua_log ()
+{
+  nbdkit -U - --filter="$FILTER" --filter=log --filter=fua memory 4M \
+    logfile="$tmp/$1.log" fuamode="$1" reshape-size=64K \
+    --run 'nbdsh -u "$uri" -c "h.pwrite(bytearray(1 << 20), 0, nbd.CMD_FLAG_FUA)"'
+  echo "$tmp/$1.log"
+}
+log=$(fua_log native)
 test "$(grep ' Write id=' "$log" | grep -c 'fua=1')" = 16 ||
   fail "native FUA not on every piece"
 test "$(grep -c ' Flush id=' "$log")" = 0 || fail "flush with native FUA"
-log="$tmp/emulate.log"
-nbdkit -U - --filter="$FILTER" --filter=log --filter=fua memory 4M \
-  logfile="$log" fuamode=emulate reshape-size=64K \
-  --run 'nbdsh -u "$uri" -c "'"$fua"'"'
+log=$(fua_log emulate)
 test "$(grep ' Write id=' "$log" | grep -c 'fua=0')" = 16 ||
   fail "emulated FUA: pieces should go without FUA"
 test "$(grep -c ' Flush id=' "$log")" = 1 ||
