@@ -30,7 +30,11 @@
  */
 #define DEFAULT_SIZE (256 * KiB)
 
-struct reshape_config reshape_cfg = { .pool = 64 * MiB };
+/* Fan-out 8: enough to keep a latency-bound plugin busy with 256K
+ * pieces, small enough not to flood a plugin with threads.
+ */
+struct reshape_config reshape_cfg = { .pool = 64 * MiB, .parallel = 8 };
+bool reshape_parallel_ok;
 
 static bool
 is_power_of_2 (uint64_t v)
@@ -115,6 +119,15 @@ reshape_config_key (const char *key, const char *value)
       return -1;
     reshape_cfg.pool = v;
   }
+  else if (strcmp (key, "reshape-parallel") == 0) {
+    unsigned n;
+    if (nbdkit_parse_unsigned (key, value, &n) == -1 || n < 1 || n > 64) {
+      nbdkit_error ("reshape-parallel: '%s' is out of range; "
+                    "accepted: a number from 1 to 64", value);
+      return -1;
+    }
+    reshape_cfg.parallel = n;
+  }
   else if (strcmp (key, "reshape-sndbuf") == 0)
     return config_sndbuf (key, value) == -1 ? -1 : 1;
   else if (strcmp (key, "reshape-stats") == 0)
@@ -123,7 +136,7 @@ reshape_config_key (const char *key, const char *value)
     /* A typo must not silently reach the plugin as its own parameter. */
     nbdkit_error ("unknown parameter '%s'; the reshape filter takes "
                   "reshape-size, reshape-min, reshape-max, reshape-pool, "
-                  "reshape-sndbuf and reshape-stats", key);
+                  "reshape-parallel, reshape-sndbuf and reshape-stats", key);
     return -1;
   }
   else

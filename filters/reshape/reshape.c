@@ -50,6 +50,28 @@ reshape_config_complete_cb (nbdkit_next_config_complete *next,
   return next (nxdata);
 }
 
+static int
+reshape_get_ready (int thread_model)
+{
+  reshape_parallel_ok = thread_model == NBDKIT_THREAD_MODEL_PARALLEL;
+  return 0;
+}
+
+/* Threads start after nbdkit forks into the background. */
+static int
+reshape_after_fork (nbdkit_backend *nxdata)
+{
+  if (!reshape_parallel_ok || reshape_cfg.parallel <= 1)
+    return 0;
+  return reshape_workers_start (reshape_cfg.parallel - 1);
+}
+
+static void
+reshape_cleanup (nbdkit_backend *nxdata)
+{
+  reshape_workers_stop ();
+}
+
 static void *
 reshape_open (nbdkit_next_open *next, nbdkit_context *nxdata,
               int readonly, const char *exportname, int is_tls)
@@ -166,6 +188,9 @@ static struct nbdkit_filter filter = {
   .config            = reshape_config,
   .config_complete   = reshape_config_complete_cb,
   .config_help       = RESHAPE_CONFIG_HELP,
+  .get_ready         = reshape_get_ready,
+  .after_fork        = reshape_after_fork,
+  .cleanup           = reshape_cleanup,
   .open              = reshape_open,
   .close             = reshape_close,
   .prepare           = reshape_prepare,

@@ -12,6 +12,7 @@
  *   rangelock.c  block-range locks that make read-modify-write safe
  *   export.c     state shared by the connections of one export
  *   pool.c       recycled, capped buffer pool
+ *   workers.c    helper threads: the pieces of a request in parallel
  *   sockbuf.c    SO_SNDBUF on the unix-socket client connections
  *   stats.c      counters and the statistics report
  *   reshape.c    wires the nbdkit callbacks to the above
@@ -45,9 +46,11 @@ struct reshape_config {
   bool sndbuf_set;          /* reshape-sndbuf given */
   uint32_t sndbuf;          /* 0 = off */
   uint64_t pool;            /* reshape-pool: buffer memory cap */
+  unsigned parallel;        /* reshape-parallel: fan-out per request */
   char *stats_file;         /* reshape-stats, absolute path or NULL */
 };
 extern struct reshape_config reshape_cfg;
+extern bool reshape_parallel_ok;    /* final thread model is PARALLEL */
 
 extern int reshape_config_key (const char *key, const char *value);
 extern int reshape_config_complete (void);
@@ -59,6 +62,7 @@ extern uint32_t reshape_preferred (const struct geometry *geo);
   "reshape-min=SIZE     Alignment the plugin needs.\n" \
   "reshape-max=SIZE     Largest request sent to the plugin.\n" \
   "reshape-pool=SIZE    Cap on the filter's buffer memory (default 64M).\n" \
+  "reshape-parallel=N   Pieces of one request run at once (default 8).\n" \
   "reshape-sndbuf=SIZE|off  Send buffer of unix-socket client connections.\n" \
   "reshape-stats=FILE   Write the statistics report to FILE at exit."
 
@@ -112,6 +116,14 @@ extern void reshape_pool_init (uint64_t cap);
 extern void reshape_pool_free_all (void);
 extern void *reshape_pool_get (uint32_t len);
 extern void reshape_pool_put (void *buf, uint32_t len);
+
+/* workers.c: helper threads for parallel pieces and background work. */
+extern int reshape_workers_start (unsigned n);
+extern void reshape_workers_stop (void);
+extern unsigned reshape_workers_count (void);
+extern void reshape_workers_share (void (*fn) (void *), void *opaque,
+                                   unsigned helpers);
+extern bool reshape_workers_submit (void (*fn) (void *), void *opaque);
 
 /* sockbuf.c */
 extern void reshape_sockbuf_default (struct reshape_config *cfg);

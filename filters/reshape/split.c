@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include <nbdkit-filter.h>
@@ -59,29 +60,91 @@ run_piece (const struct op *o, const struct piece *p, piece_fn fn, int *err)
   return r;
 }
 
-/* Walk [offset, offset+count) and run fn on every piece.  A failed
- * piece fails the request; pieces run one after another, so nothing is
- * still running when this returns.
+/* The pieces of one request, taken one at a time by every thread that
+ * works on it (the requesting thread and any helpers).
+ */
+struct shared_walk {
+  pthread_mutex_t lock;
+  struct walk w;
+  const struct op *o;
+  piece_fn fn;
+  unsigned n;                 /* pieces handed out */
+  int err;                    /* first error, 0 if none */
+};
+
+static bool
+take_piece (struct shared_walk *sw, struct piece *p, unsigned *n)
+{
+  bool more;
+
+  pthread_mutex_lock (&sw->lock);
+  more = sw->err == 0 && walk_next (&sw->w, p);
+  if (more)
+    *n = sw->n++;
+  pthread_mutex_unlock (&sw->lock);
+  return more;
+}
+
+static void
+work_on (void *opaque)
+{
+  struct shared_walk *sw = opaque;
+  struct piece p;
+  unsigned n;
+  int err = 0;
+
+  while (take_piece (sw, &p, &n)) {
+    if (reshape_debug_split)
+      nbdkit_debug ("reshape: piece %u: %" PRIu64 "+%" PRIu32 "%s",
+                    n, p.offset, p.count, p.partial ? " (partial)" : "");
+    if (run_piece (sw->o, &p, sw->fn, &err) == -1) {
+      pthread_mutex_lock (&sw->lock);
+      if (sw->err == 0)
+        sw->err = err;
+      pthread_mutex_unlock (&sw->lock);
+    }
+  }
+}
+
+/* How many helpers a request deserves: one per extra piece, at most
+ * reshape-parallel - 1, none when the plugin is not fully parallel.
+ */
+static unsigned
+helpers_for (uint64_t count, uint32_t step)
+{
+  uint64_t pieces = count / step + 2;
+  unsigned fanout = reshape_cfg.parallel;
+
+  if (!reshape_parallel_ok || fanout <= 1)
+    return 0;
+  return pieces - 1 < fanout - 1 ? pieces - 1 : fanout - 1;
+}
+
+/* Walk [offset, offset+count) and run fn on every piece, in parallel
+ * when allowed.  A failed piece fails the request (no new pieces are
+ * started); this returns only when every piece started has finished.
  */
 static int
 run_pieces (const struct op *o, uint64_t offset, uint64_t count,
             uint32_t step, piece_fn fn, int *err)
 {
-  struct walk w;
-  struct piece p;
-  unsigned n = 0;
+  struct shared_walk sw = { .lock = PTHREAD_MUTEX_INITIALIZER,
+                            .o = o, .fn = fn };
+  unsigned helpers;
 
-  walk_init (&w, &o->h->geo, offset, count, step);
-  while (walk_next (&w, &p)) {
-    if (reshape_debug_split)
-      nbdkit_debug ("reshape: piece %u: %" PRIu64 "+%" PRIu32 "%s",
-                    n, p.offset, p.count, p.partial ? " (partial)" : "");
-    if (run_piece (o, &p, fn, err) == -1)
-      return -1;
-    n++;
-  }
-  if (n > 1)
+  walk_init (&sw.w, &o->h->geo, offset, count, step);
+  helpers = sw.w.step < count ? helpers_for (count, sw.w.step) : 0;
+  if (helpers)
+    reshape_workers_share (work_on, &sw, helpers);
+  else
+    work_on (&sw);
+  pthread_mutex_destroy (&sw.lock);
+  if (sw.n > 1)
     reshape_stats_add (C_SPLITS, 1);
+  if (sw.err) {
+    *err = sw.err;
+    return -1;
+  }
   return 0;
 }
 

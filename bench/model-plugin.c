@@ -1,0 +1,253 @@
+/* nbdkit-reshape-filter: a model backend for tests and benchmarks.
+ * Copyright the nbdkit-reshape-filter authors.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * An in-memory disk that behaves like slow storage: every request
+ * waits latency, then transfers at bandwidth bytes/s *per request*
+ * (per stream), so parallel requests add up while one large request
+ * does not.  It counts the calls it gets, so tests and benchmarks can
+ * show how many requests reached the plugin.
+ *
+ *   nbdkit ./model-plugin.so size=64M latency=1ms bandwidth=400M \
+ *          [serialize=true] [calls=FILE]
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NBDKIT_API_VERSION 2
+#include <nbdkit-plugin.h>
+
+static int64_t size = -1;
+static uint64_t latency_ns;
+static uint64_t bandwidth;          /* bytes per second, 0 = unlimited */
+static bool serialize;
+static const char *calls_file;
+static char *disk;
+static pthread_mutex_t disk_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t calls, reads, writes, bytes;
+static uint64_t inflight, max_inflight;  /* requests at the same time */
+
+/* "1ms", "250us", "2" (seconds), "0.5" */
+static int
+parse_time (const char *value, uint64_t *ns)
+{
+  char *end;
+  double d = strtod (value, &end);
+
+  if (end == value || d < 0)
+    return -1;
+  if (strcmp (end, "ms") == 0) d *= 1e6;
+  else if (strcmp (end, "us") == 0) d *= 1e3;
+  else if (strcmp (end, "ns") == 0) ;
+  else if (*end == '\0' || strcmp (end, "s") == 0) d *= 1e9;
+  else return -1;
+  *ns = d;
+  return 0;
+}
+
+static int
+model_config (const char *key, const char *value)
+{
+  int64_t r;
+
+  if (strcmp (key, "size") == 0) {
+    if ((size = nbdkit_parse_size (value)) == -1)
+      return -1;
+  }
+  else if (strcmp (key, "latency") == 0) {
+    if (parse_time (value, &latency_ns) == -1) {
+      nbdkit_error ("latency: cannot parse '%s'", value);
+      return -1;
+    }
+  }
+  else if (strcmp (key, "bandwidth") == 0) {
+    if ((r = nbdkit_parse_size (value)) == -1)
+      return -1;
+    bandwidth = r;
+  }
+  else if (strcmp (key, "serialize") == 0) {
+    int b = nbdkit_parse_bool (value);
+    if (b == -1)
+      return -1;
+    serialize = b;
+  }
+  else if (strcmp (key, "calls") == 0)
+    calls_file = nbdkit_absolute_path (value);
+  else {
+    nbdkit_error ("unknown parameter '%s'", key);
+    return -1;
+  }
+  return 0;
+}
+
+static int
+model_get_ready (void)
+{
+  if (size < 0) {
+    nbdkit_error ("size= is required");
+    return -1;
+  }
+  disk = calloc (1, size ? size : 1);
+  if (disk == NULL) {
+    nbdkit_error ("calloc: %m");
+    return -1;
+  }
+  return 0;
+}
+
+static void
+model_unload (void)
+{
+  if (calls_file) {
+    FILE *fp = fopen (calls_file, "w");
+    if (fp) {
+      fprintf (fp, "calls %" PRIu64 "\nreads %" PRIu64 "\nwrites %" PRIu64
+               "\nbytes %" PRIu64 "\nmax_inflight %" PRIu64 "\n",
+               calls, reads, writes, bytes, max_inflight);
+      fclose (fp);
+    }
+  }
+  free (disk);
+}
+
+static int
+model_thread_model (void)
+{
+  return serialize ? NBDKIT_THREAD_MODEL_SERIALIZE_REQUESTS
+    : NBDKIT_THREAD_MODEL_PARALLEL;
+}
+
+static void *
+model_open (int readonly)
+{
+  return NBDKIT_HANDLE_NOT_NEEDED;
+}
+
+static int64_t
+model_get_size (void *handle)
+{
+  return size;
+}
+
+static int
+model_can_multi_conn (void *handle)
+{
+  return 1;
+}
+
+static int
+model_can_fua (void *handle)
+{
+  return NBDKIT_FUA_NATIVE;
+}
+
+/* The cost of one request moving count bytes. */
+static void
+note_inflight (void)
+{
+  uint64_t now = __atomic_add_fetch (&inflight, 1, __ATOMIC_RELAXED);
+  uint64_t old = __atomic_load_n (&max_inflight, __ATOMIC_RELAXED);
+
+  while (now > old &&
+         !__atomic_compare_exchange_n (&max_inflight, &old, now, false,
+                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    ;
+}
+
+static int
+wait_for (uint32_t count, uint64_t *counter)
+{
+  uint64_t ns = latency_ns;
+  int r;
+
+  __atomic_fetch_add (&calls, 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add (counter, 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add (&bytes, count, __ATOMIC_RELAXED);
+  if (bandwidth)
+    ns += (uint64_t) count * 1000000000 / bandwidth;
+  note_inflight ();
+  r = ns ? nbdkit_nanosleep (ns / 1000000000, ns % 1000000000) : 0;
+  __atomic_sub_fetch (&inflight, 1, __ATOMIC_RELAXED);
+  return r;
+}
+
+static int
+model_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
+             uint32_t flags)
+{
+  if (wait_for (count, &reads) == -1)
+    return -1;
+  pthread_mutex_lock (&disk_lock);
+  memcpy (buf, disk + offset, count);
+  pthread_mutex_unlock (&disk_lock);
+  return 0;
+}
+
+static int
+model_pwrite (void *handle, const void *buf, uint32_t count,
+              uint64_t offset, uint32_t flags)
+{
+  if (wait_for (count, &writes) == -1)
+    return -1;
+  pthread_mutex_lock (&disk_lock);
+  memcpy (disk + offset, buf, count);
+  pthread_mutex_unlock (&disk_lock);
+  return 0;
+}
+
+static int
+model_zero (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
+{
+  if (wait_for (0, &writes) == -1)
+    return -1;
+  pthread_mutex_lock (&disk_lock);
+  memset (disk + offset, 0, count);
+  pthread_mutex_unlock (&disk_lock);
+  return 0;
+}
+
+static int
+model_trim (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
+{
+  return model_zero (handle, count, offset, flags);
+}
+
+static int
+model_flush (void *handle, uint32_t flags)
+{
+  return wait_for (0, &writes);
+}
+
+static struct nbdkit_plugin plugin = {
+  .name              = "model",
+  .longname          = "reshape model backend",
+  .config            = model_config,
+  .config_help       = "size=SIZE latency=TIME bandwidth=BYTES/S "
+                       "serialize=BOOL calls=FILE",
+  .get_ready         = model_get_ready,
+  .unload            = model_unload,
+  .thread_model      = model_thread_model,
+  .open              = model_open,
+  .get_size          = model_get_size,
+  .can_multi_conn    = model_can_multi_conn,
+  .can_fua           = model_can_fua,
+  .pread             = model_pread,
+  .pwrite            = model_pwrite,
+  .zero              = model_zero,
+  .trim              = model_trim,
+  .flush             = model_flush,
+  .errno_is_preserved = 1,
+};
+
+#define THREAD_MODEL NBDKIT_THREAD_MODEL_PARALLEL
+NBDKIT_REGISTER_PLUGIN (plugin)
