@@ -27,6 +27,9 @@ p.add_argument("--depth", type=int, default=8)
 p.add_argument("--ops", type=int, default=2000)
 p.add_argument("--maxlen", type=int, default=3 * 65536)
 p.add_argument("--errors", action="store_true")
+p.add_argument("--seq", type=float, default=0.0,
+               help="share of reads that continue the connection's last "
+                    "read (exercises readahead)")
 a = p.parse_args()
 print("random-io: seed %d, %d connections x %d deep, %d ops, size %d"
       % (a.seed, a.conns, a.depth, a.ops, a.size), flush=True)
@@ -46,6 +49,7 @@ can_trim = handles[0].can_trim()
 can_zero = handles[0].can_zero()
 can_fast_zero = handles[0].can_fast_zero()
 
+cursor = {}          # handle -> where its next sequential read starts
 inflight = []        # (handle, cookie, kind, off, len, buf, expect, mask)
 busy = []            # byte ranges of requests in flight
 
@@ -69,12 +73,29 @@ def pick_range():
     return None
 
 
+def sequential(h):
+    off = cursor.get(h, 0)
+    n = rng.choice([512, 4096, 4096, 8192, 65536])
+    if off + n > a.size:
+        off = 0
+    if overlaps(off, n):
+        return None
+    cursor[h] = off + n
+    return off, n
+
+
 def issue(h):
-    r = pick_range()
+    x = rng.random()
+    r = None
+    if a.seq and rng.random() < a.seq:
+        r = sequential(h)
+        if r is not None:
+            x = 0.0                  # a read
+    if r is None:
+        r = pick_range()
     if r is None:
         return False
     off, n = r
-    x = rng.random()
     flags = nbd.CMD_FLAG_FUA if can_fua and rng.random() < 0.2 else 0
     if x < 0.45:
         buf = nbd.Buffer(n)

@@ -20,6 +20,7 @@ run ()
     rm -f "$disk"; truncate -s "$size" "$disk"
     echo "== $name, seed $seed"
     nbdkit -U - --filter="$FILTER" $filters file "$disk" $params \
+      reshape-stats="$tmp/stats" \
       --run "$srcdir/random-io.py $seed \$uri $size $tmp/model --ops $ops $extra" \
       2> "$tmp/stderr" || {
         grep -v 'injecting' "$tmp/stderr" | tail -20 >&2
@@ -27,6 +28,12 @@ run ()
       }
     "$srcdir/compare-model.py" "$disk" "$tmp/model" ||
       fail "$name: seed $seed: backing file differs from the model"
+    case "$extra" in
+      *--seq*)
+        hits=$(awk '/^readahead hits/ {print $NF}' "$tmp/stats")
+        test "$hits" -gt 0 || fail "$name: seed $seed: readahead unused"
+        echo "readahead hits: $hits" ;;
+    esac
   done
 }
 
@@ -43,7 +50,13 @@ run "odd size, reshape-min=4K" $((2 * 1048576 + 1000)) "" "" reshape-min=4K
 # 64K minimum, a cap below the size.
 run "64K minimum, max 128K" 2097152 "" "--filter=blocksize-policy" \
   "reshape-size=1M reshape-max=128K blocksize-minimum=64K blocksize-preferred=64K blocksize-error-policy=error"
+# Readahead: sequential small reads from every connection among the
+# writes, a slow plugin so fills overlap writes; cached data must never
+# go stale.
+run "readahead, 4K minimum" 2097152 "--seq 0.5" \
+  "--filter=delay --filter=blocksize-policy" "delay-read=1ms $policy"
+run "readahead, no minimum" 2097152 "--seq 0.7" "" "reshape-size=64K"
 # Injected EIO: errors reach the client, no wrong data, no acknowledged
 # write lost.
-run "4K minimum, EIO injected" 2097152 "--errors" \
+run "4K minimum, EIO injected" 2097152 "--errors --seq 0.3" \
   "--filter=blocksize-policy --filter=error" "$policy error=EIO error-rate=5%"

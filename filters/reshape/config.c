@@ -33,7 +33,9 @@
 /* Fan-out 8: enough to keep a latency-bound plugin busy with 256K
  * pieces, small enough not to flood a plugin with threads.
  */
-struct reshape_config reshape_cfg = { .pool = 64 * MiB, .parallel = 8 };
+struct reshape_config reshape_cfg = {
+  .pool = 64 * MiB, .parallel = 8, .readahead = 8 * MiB,
+};
 bool reshape_parallel_ok;
 
 static bool
@@ -128,6 +130,15 @@ reshape_config_key (const char *key, const char *value)
     }
     reshape_cfg.parallel = n;
   }
+  else if (strcmp (key, "reshape-readahead") == 0) {
+    if (strcasecmp (value, "off") == 0 || strcmp (value, "0") == 0)
+      reshape_cfg.readahead = 0;
+    else if (parse_size (key, value, 64 * KiB, 64 * MiB,
+                         "'off' or a size from 64K to 64M", false, &v) == -1)
+      return -1;
+    else
+      reshape_cfg.readahead = v;
+  }
   else if (strcmp (key, "reshape-sndbuf") == 0)
     return config_sndbuf (key, value) == -1 ? -1 : 1;
   else if (strcmp (key, "reshape-stats") == 0)
@@ -136,7 +147,8 @@ reshape_config_key (const char *key, const char *value)
     /* A typo must not silently reach the plugin as its own parameter. */
     nbdkit_error ("unknown parameter '%s'; the reshape filter takes "
                   "reshape-size, reshape-min, reshape-max, reshape-pool, "
-                  "reshape-parallel, reshape-sndbuf and reshape-stats", key);
+                  "reshape-parallel, reshape-readahead, reshape-sndbuf and "
+                  "reshape-stats", key);
     return -1;
   }
   else

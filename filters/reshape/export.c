@@ -33,6 +33,7 @@ export_new (const char *name)
     return NULL;
   }
   rangelock_init (&exp->locks);
+  cache_init (&exp->cache);
   return exp;
 }
 
@@ -71,8 +72,23 @@ reshape_export_put (struct reshape_export *exp)
       ;
     *pp = exp->next;
     rangelock_destroy (&exp->locks);
+    cache_destroy (&exp->cache);
     free (exp->name);
     free (exp);
   }
   pthread_mutex_unlock (&registry_lock);
+}
+
+/* The pool is short: every export's cache gives its memory back. */
+uint64_t
+reshape_export_shrink_caches (void)
+{
+  struct reshape_export *exp;
+  uint64_t freed = 0;
+
+  pthread_mutex_lock (&registry_lock);
+  for (exp = exports; exp != NULL; exp = exp->next)
+    freed += cache_shrink (&exp->cache);
+  pthread_mutex_unlock (&registry_lock);
+  return freed;
 }

@@ -113,6 +113,7 @@ reshape_pool_get (uint32_t len)
   const unsigned c = class_of (len);
   const uint64_t want = class_bytes (c);
   bool waited = false;
+  uint64_t freed;
 
   pthread_mutex_lock (&lock);
   for (;;) {
@@ -132,6 +133,14 @@ reshape_pool_get (uint32_t len)
       return allocate (c);
     }
     if (release_one_idle ())
+      continue;
+    /* The caches hold memory that they can give back.  Ask them, with
+     * the pool unlocked (they return buffers through the pool).
+     */
+    pthread_mutex_unlock (&lock);
+    freed = reshape_export_shrink_caches ();
+    pthread_mutex_lock (&lock);
+    if (freed)
       continue;
     if (!waited) {
       reshape_stats_add (C_POOL_WAITS, 1);

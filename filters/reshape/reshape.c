@@ -90,6 +90,7 @@ reshape_open (nbdkit_next_open *next, nbdkit_context *nxdata,
     free (h);
     return NULL;
   }
+  reshape_readahead_init (&h->ra);
   /* The client's socket exists by now: give it its send buffer. */
   reshape_sockbuf_raise (reshape_cfg.sndbuf);
   return h;
@@ -100,6 +101,7 @@ reshape_close (void *handle)
 {
   struct reshape_handle *h = handle;
 
+  reshape_readahead_destroy (&h->ra);
   reshape_export_put (h->exp);
   free (h);
 }
@@ -132,34 +134,55 @@ static int
 reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
                uint64_t offset, uint32_t flags, int *err)
 {
-  return reshape_split_pread (next, handle, buf, count, offset, err);
+  reshape_stats_client (OP_PREAD, count);
+  return reshape_readahead_pread (next, handle, buf, count, offset, err);
 }
 
 static int
 reshape_pwrite (nbdkit_next *next, void *handle, const void *buf,
                 uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
-  return reshape_split_pwrite (next, handle, buf, count, offset, flags, err);
+  struct reshape_handle *h = handle;
+  int r;
+
+  reshape_stats_client (OP_PWRITE, count);
+  r = reshape_split_pwrite (next, h, buf, count, offset, flags, err);
+  /* Coherence: before the reply, whatever the outcome. */
+  cache_invalidate (&h->exp->cache, offset, offset + count);
+  return r;
 }
 
 static int
 reshape_zero (nbdkit_next *next, void *handle, uint32_t count,
               uint64_t offset, uint32_t flags, int *err)
 {
-  return reshape_split_zero (next, handle, count, offset, flags, err);
+  struct reshape_handle *h = handle;
+  int r;
+
+  reshape_stats_client (OP_ZERO, count);
+  r = reshape_split_zero (next, h, count, offset, flags, err);
+  cache_invalidate (&h->exp->cache, offset, offset + count);
+  return r;
 }
 
 static int
 reshape_trim (nbdkit_next *next, void *handle, uint32_t count,
               uint64_t offset, uint32_t flags, int *err)
 {
-  return reshape_split_trim (next, handle, count, offset, flags, err);
+  struct reshape_handle *h = handle;
+  int r;
+
+  reshape_stats_client (OP_TRIM, count);
+  r = reshape_split_trim (next, h, count, offset, flags, err);
+  cache_invalidate (&h->exp->cache, offset, offset + count);
+  return r;
 }
 
 static int
 reshape_cache (nbdkit_next *next, void *handle, uint32_t count,
                uint64_t offset, uint32_t flags, int *err)
 {
+  reshape_stats_client (OP_CACHE, count);
   return reshape_split_cache (next, handle, count, offset, flags, err);
 }
 
@@ -168,6 +191,7 @@ reshape_extents (nbdkit_next *next, void *handle, uint32_t count,
                  uint64_t offset, uint32_t flags,
                  struct nbdkit_extents *extents, int *err)
 {
+  reshape_stats_client (OP_EXTENTS, count);
   return reshape_split_extents (next, handle, count, offset, flags,
                                 extents, err);
 }

@@ -13,6 +13,8 @@
  *   export.c     state shared by the connections of one export
  *   pool.c       recycled, capped buffer pool
  *   workers.c    helper threads: the pieces of a request in parallel
+ *   readahead.c  sequential detection and the readahead window
+ *   cache.c      per-export read cache, kept coherent with writes
  *   sockbuf.c    SO_SNDBUF on the unix-socket client connections
  *   stats.c      counters and the statistics report
  *   reshape.c    wires the nbdkit callbacks to the above
@@ -28,6 +30,7 @@
 
 #include "walk.h"
 #include "rangelock.h"
+#include "cache.h"
 
 /* Largest payload the nbdkit server accepts from a client. */
 #define RESHAPE_CLIENT_MAX (64 * 1024 * 1024)
@@ -47,6 +50,7 @@ struct reshape_config {
   uint32_t sndbuf;          /* 0 = off */
   uint64_t pool;            /* reshape-pool: buffer memory cap */
   unsigned parallel;        /* reshape-parallel: fan-out per request */
+  uint32_t readahead;       /* reshape-readahead: largest window, 0 = off */
   char *stats_file;         /* reshape-stats, absolute path or NULL */
 };
 extern struct reshape_config reshape_cfg;
@@ -63,6 +67,7 @@ extern uint32_t reshape_preferred (const struct geometry *geo);
   "reshape-max=SIZE     Largest request sent to the plugin.\n" \
   "reshape-pool=SIZE    Cap on the filter's buffer memory (default 64M).\n" \
   "reshape-parallel=N   Pieces of one request run at once (default 8).\n" \
+  "reshape-readahead=SIZE|off  Largest readahead window (default 8M).\n" \
   "reshape-sndbuf=SIZE|off  Send buffer of unix-socket client connections.\n" \
   "reshape-stats=FILE   Write the statistics report to FILE at exit."
 
@@ -71,18 +76,37 @@ struct reshape_export {
   char *name;
   unsigned refs;
   struct rangelock locks;
+  struct cache cache;
   struct reshape_export *next;
 };
 extern struct reshape_export *reshape_export_get (const char *name);
 extern void reshape_export_put (struct reshape_export *exp);
+extern uint64_t reshape_export_shrink_caches (void);
+
+/* readahead.c: per-connection sequential detection. */
+struct readahead {
+  pthread_mutex_t lock;
+  uint64_t next;            /* where a sequential read would start */
+  uint32_t window;          /* current window, 0 = not sequential */
+};
 
 /* The per-connection handle. */
 struct reshape_handle {
   struct reshape_export *exp;
   struct geometry geo;
+  struct readahead ra;
 };
 
-/* split.c: client operations cut into plugin requests. */
+extern void reshape_readahead_init (struct readahead *ra);
+extern void reshape_readahead_destroy (struct readahead *ra);
+extern int reshape_readahead_pread (nbdkit_next *next,
+                                    struct reshape_handle *h,
+                                    void *buf, uint32_t count,
+                                    uint64_t offset, int *err);
+
+/* split.c: client operations cut into plugin requests (client
+ * statistics are counted by the callers, in reshape.c).
+ */
 extern int reshape_split_pread (nbdkit_next *next, struct reshape_handle *h,
                                 void *buf, uint32_t count, uint64_t offset,
                                 int *err);
@@ -141,7 +165,10 @@ enum reshape_counter {
   C_LOCK_WAITS,        /* range lock acquisitions that had to wait */
   C_FUA_FLUSHES,       /* flushes standing in for FUA on split writes */
   C_MERGES,            /* requests merged with others (later) */
-  C_RA_HITS,           /* reads served by readahead (later) */
+  C_RA_HITS,           /* small reads served from the cache */
+  C_RA_MISSES,         /* sequential reads that filled a window */
+  C_RA_FILLED,         /* bytes read ahead */
+  C_RA_WINDOW,         /* largest readahead window used */
   C_POOL_ALLOCS,       /* buffers allocated by the pool */
   C_POOL_REUSES,       /* buffers handed out again from the pool */
   C_POOL_WAITS,        /* waits for a buffer at the cap */

@@ -205,7 +205,6 @@ reshape_split_pread (nbdkit_next *next, struct reshape_handle *h,
   struct op o = { .next = next, .h = h,
                   .offset = offset, .rbuf = buf };
 
-  reshape_stats_client (OP_PREAD, count);
   return run_pieces (&o, offset, count, h->geo.size, pread_piece, err);
 }
 
@@ -228,7 +227,6 @@ reshape_split_pwrite (nbdkit_next *next, struct reshape_handle *h,
   struct op o = { .next = next, .h = h,
                   .offset = offset, .wbuf = buf, .flags = flags };
 
-  reshape_stats_client (OP_PWRITE, count);
   return run_write (&o, count, h->geo.size, pwrite_piece, err);
 }
 
@@ -253,7 +251,6 @@ reshape_split_zero (nbdkit_next *next, struct reshape_handle *h,
   struct op o = { .next = next, .h = h,
                   .offset = offset, .flags = flags };
 
-  reshape_stats_client (OP_ZERO, count);
   /* A fast zero must not fall back to writing: partial blocks would. */
   if ((flags & NBDKIT_FLAG_FAST_ZERO) &&
       !walk_is_aligned (&h->geo, offset, count)) {
@@ -282,7 +279,6 @@ reshape_split_trim (nbdkit_next *next, struct reshape_handle *h,
   struct op o = { .next = next, .h = h,
                   .offset = offset, .flags = flags };
 
-  reshape_stats_client (OP_TRIM, count);
   return run_write (&o, count, UINT32_MAX, trim_piece, err);
 }
 
@@ -303,7 +299,6 @@ reshape_split_cache (nbdkit_next *next, struct reshape_handle *h,
                   .offset = offset, .flags = flags };
   uint64_t start, end;
 
-  reshape_stats_client (OP_CACHE, count);
   walk_round_out (&h->geo, offset, count, &start, &end);
   return run_pieces (&o, start, end - start, UINT32_MAX, cache_piece, err);
 }
@@ -321,7 +316,6 @@ reshape_split_extents (nbdkit_next *next, struct reshape_handle *h,
   struct piece p;
   uint64_t start, end;
 
-  reshape_stats_client (OP_EXTENTS, count);
   walk_round_out (&h->geo, offset, count, &start, &end);
   walk_init (&w, &h->geo, start, end - start, UINT32_MAX);
   walk_next (&w, &p);

@@ -1,0 +1,199 @@
+/* nbdkit-reshape-filter
+ * Copyright the nbdkit-reshape-filter authors.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * The per-export read cache.  Entries are pool buffers, each holding
+ * one contiguous range read by readahead.  The cache of all exports
+ * together holds at most half of reshape-pool, so bounce and merge
+ * buffers always have room; when the pool is short anyway, it asks
+ * the caches to give memory back (cache_shrink).
+ *
+ * Coherence: every write, zero and trim calls cache_invalidate for its
+ * range before it is acknowledged, which drops overlapping entries and
+ * marks overlapping fills in progress stale, so data read before the
+ * write can never be kept after it.
+ */
+
+#include <config.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <nbdkit-filter.h>
+
+#include "reshape.h"
+
+struct cache_entry {
+  uint64_t off;
+  uint32_t len;
+  char *buf;
+  struct cache_entry *next;
+};
+
+static uint64_t cached_bytes;          /* all exports, atomic */
+
+void
+cache_init (struct cache *c)
+{
+  pthread_mutex_init (&c->lock, NULL);
+  c->entries = NULL;
+  c->fills = NULL;
+}
+
+static void
+drop (struct cache_entry **pp)
+{
+  struct cache_entry *e = *pp;
+
+  *pp = e->next;
+  __atomic_sub_fetch (&cached_bytes, e->len, __ATOMIC_RELAXED);
+  reshape_pool_put (e->buf, e->len);
+  free (e);
+}
+
+void
+cache_destroy (struct cache *c)
+{
+  cache_shrink (c);
+  pthread_mutex_destroy (&c->lock);
+}
+
+/* The entry holding offset, moved to the front (most recently used). */
+static struct cache_entry *
+find (struct cache *c, uint64_t offset)
+{
+  struct cache_entry **pp, *e;
+
+  for (pp = &c->entries; (e = *pp) != NULL; pp = &e->next) {
+    if (e->off <= offset && offset < e->off + e->len) {
+      *pp = e->next;
+      e->next = c->entries;
+      c->entries = e;
+      return e;
+    }
+  }
+  return NULL;
+}
+
+bool
+cache_read (struct cache *c, uint64_t offset, uint32_t count, void *dst)
+{
+  char *out = dst;
+  bool hit = true;
+
+  pthread_mutex_lock (&c->lock);
+  /* Check first, copy second: a miss must not copy a part. */
+  for (uint64_t pos = offset; pos < offset + count; ) {
+    struct cache_entry *e = find (c, pos);
+    if (e == NULL) {
+      hit = false;
+      break;
+    }
+    pos = e->off + e->len;
+  }
+  for (uint64_t pos = offset; hit && pos < offset + count; ) {
+    struct cache_entry *e = find (c, pos);
+    uint64_t end = e->off + e->len;
+    uint32_t n = (end < offset + count ? end : offset + count) - pos;
+    memcpy (out + (pos - offset), e->buf + (pos - e->off), n);
+    pos += n;
+  }
+  pthread_mutex_unlock (&c->lock);
+  return hit;
+}
+
+void
+cache_fill_begin (struct cache *c, struct cache_fill *f,
+                  uint64_t lo, uint64_t hi)
+{
+  f->lo = lo;
+  f->hi = hi;
+  f->stale = false;
+  pthread_mutex_lock (&c->lock);
+  f->next = c->fills;
+  c->fills = f;
+  pthread_mutex_unlock (&c->lock);
+}
+
+static void
+forget_range (struct cache *c, uint64_t lo, uint64_t hi)
+{
+  struct cache_entry **pp = &c->entries;
+
+  while (*pp) {
+    if ((*pp)->off < hi && lo < (*pp)->off + (*pp)->len)
+      drop (pp);
+    else
+      pp = &(*pp)->next;
+  }
+}
+
+/* Make room for len more bytes within the budget, oldest out first. */
+static bool
+make_room (struct cache *c, uint32_t len)
+{
+  const uint64_t budget = reshape_cfg.pool / 2;
+
+  while (__atomic_load_n (&cached_bytes, __ATOMIC_RELAXED) + len > budget) {
+    struct cache_entry **pp = &c->entries;
+    if (*pp == NULL)
+      return false;
+    while ((*pp)->next)
+      pp = &(*pp)->next;
+    drop (pp);
+  }
+  return true;
+}
+
+bool
+cache_fill_end (struct cache *c, struct cache_fill *f,
+                void *buf, uint32_t len, bool ok)
+{
+  struct cache_fill **pp;
+  struct cache_entry *e = NULL;
+  bool kept = false;
+
+  pthread_mutex_lock (&c->lock);
+  for (pp = &c->fills; *pp != f; pp = &(*pp)->next)
+    ;
+  *pp = f->next;
+  if (ok && !f->stale) {
+    forget_range (c, f->lo, f->lo + len);
+    if (make_room (c, len) && (e = malloc (sizeof *e)) != NULL) {
+      *e = (struct cache_entry) { .off = f->lo, .len = len, .buf = buf,
+                                  .next = c->entries };
+      c->entries = e;
+      __atomic_add_fetch (&cached_bytes, len, __ATOMIC_RELAXED);
+      kept = true;
+    }
+  }
+  pthread_mutex_unlock (&c->lock);
+  return kept;
+}
+
+void
+cache_invalidate (struct cache *c, uint64_t lo, uint64_t hi)
+{
+  struct cache_fill *f;
+
+  pthread_mutex_lock (&c->lock);
+  forget_range (c, lo, hi);
+  for (f = c->fills; f; f = f->next)
+    if (f->lo < hi && lo < f->hi)
+      f->stale = true;
+  pthread_mutex_unlock (&c->lock);
+}
+
+uint64_t
+cache_shrink (struct cache *c)
+{
+  uint64_t freed = 0;
+
+  pthread_mutex_lock (&c->lock);
+  while (c->entries) {
+    freed += c->entries->len;
+    drop (&c->entries);
+  }
+  pthread_mutex_unlock (&c->lock);
+  return freed;
+}

@@ -1,0 +1,126 @@
+/* nbdkit-reshape-filter
+ * Copyright the nbdkit-reshape-filter authors.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * Adaptive readahead.  Each connection watches whether its small reads
+ * (below reshape-size) follow each other.  Once they do, a miss reads a
+ * window ahead into the export's cache (cache.c); the window starts at
+ * reshape-size and doubles while the stream stays sequential, up to
+ * reshape-readahead, and collapses at the first read elsewhere.  Random
+ * small reads are never amplified: only a read that continues the
+ * previous one can start a fill.  The fill itself is one plugin read
+ * cut into reshape-size pieces, which run in parallel (split.c).
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nbdkit-filter.h>
+
+#include "reshape.h"
+
+void
+reshape_readahead_init (struct readahead *ra)
+{
+  pthread_mutex_init (&ra->lock, NULL);
+  ra->next = UINT64_MAX;
+  ra->window = 0;
+}
+
+void
+reshape_readahead_destroy (struct readahead *ra)
+{
+  pthread_mutex_destroy (&ra->lock);
+}
+
+/* Largest window worth filling: the cap, and what the cache can keep. */
+static uint32_t
+window_cap (const struct geometry *geo)
+{
+  uint64_t cap = reshape_cfg.readahead;
+
+  if (cap > reshape_cfg.pool / 4)
+    cap = reshape_cfg.pool / 4;
+  return cap;
+}
+
+/* Record this read; returns the window to fill, 0 for none. */
+static uint32_t
+next_window (struct reshape_handle *h, uint64_t offset, uint32_t count)
+{
+  struct readahead *ra = &h->ra;
+  const uint32_t cap = window_cap (&h->geo);
+  uint32_t w = 0;
+
+  pthread_mutex_lock (&ra->lock);
+  if (offset == ra->next) {
+    w = ra->window ? ra->window * 2 : h->geo.size;
+    if (w > cap)
+      w = cap;
+  }
+  ra->window = w;
+  ra->next = offset + count;
+  pthread_mutex_unlock (&ra->lock);
+  if (w < h->geo.size)
+    return 0;
+  reshape_stats_max (C_RA_WINDOW, w);
+  return w;
+}
+
+/* Read [offset, offset+window) into the cache, then serve the client. */
+static int
+fill (nbdkit_next *next, struct reshape_handle *h, uint32_t window,
+      void *buf, uint32_t count, uint64_t offset, int *err)
+{
+  const uint64_t lo = offset - offset % h->geo.min;
+  uint64_t hi = lo + window;
+  struct cache_fill f;
+  uint32_t len;
+  char *data;
+  int r;
+
+  if (hi < offset + count)
+    hi = offset + count;
+  if (hi > h->geo.exportsize)
+    hi = h->geo.exportsize;
+  len = hi - lo;
+  data = reshape_pool_get (len);
+  if (data == NULL)
+    return reshape_split_pread (next, h, buf, count, offset, err);
+  cache_fill_begin (&h->exp->cache, &f, lo, hi);
+  r = reshape_split_pread (next, h, data, len, lo, err);
+  if (r == 0) {
+    memcpy (buf, data + (offset - lo), count);
+    reshape_stats_add (C_RA_FILLED, len);
+  }
+  if (!cache_fill_end (&h->exp->cache, &f, data, len, r == 0))
+    reshape_pool_put (data, len);
+  return r;
+}
+
+int
+reshape_readahead_pread (nbdkit_next *next, struct reshape_handle *h,
+                         void *buf, uint32_t count, uint64_t offset,
+                         int *err)
+{
+  uint32_t window;
+
+  /* Requests of the optimal size or larger are already what the plugin
+   * wants: no copy through the cache for them.
+   */
+  if (reshape_cfg.readahead == 0 || count >= h->geo.size)
+    return reshape_split_pread (next, h, buf, count, offset, err);
+  window = next_window (h, offset, count);
+  if (cache_read (&h->exp->cache, offset, count, buf)) {
+    reshape_stats_add (C_RA_HITS, 1);
+    return 0;
+  }
+  if (window == 0)
+    return reshape_split_pread (next, h, buf, count, offset, err);
+  reshape_stats_add (C_RA_MISSES, 1);
+  return fill (next, h, window, buf, count, offset, err);
+}
