@@ -27,6 +27,8 @@ p.add_argument("--depth", type=int, default=8)
 p.add_argument("--ops", type=int, default=2000)
 p.add_argument("--maxlen", type=int, default=3 * 65536)
 p.add_argument("--errors", action="store_true")
+p.add_argument("--seqwrite", action="store_true",
+               help="half of the sequential operations are writes")
 p.add_argument("--seq", type=float, default=0.0,
                help="share of reads that continue the connection's last "
                     "read (exercises readahead)")
@@ -74,7 +76,8 @@ def pick_range():
 
 
 def sequential(h):
-    off = cursor.get(h, 0)
+    # Each connection streams through its own part of the disk.
+    off = cursor.get(h, handles.index(h) * a.size // len(handles))
     n = rng.choice([512, 4096, 4096, 8192, 65536])
     if off + n > a.size:
         off = 0
@@ -90,7 +93,7 @@ def issue(h):
     if a.seq and rng.random() < a.seq:
         r = sequential(h)
         if r is not None:
-            x = 0.0                  # a read
+            x = 0.5 if a.seqwrite and rng.random() < 0.5 else 0.0
     if r is None:
         r = pick_range()
     if r is None:

@@ -28,6 +28,11 @@ run ()
       }
     "$srcdir/compare-model.py" "$disk" "$tmp/model" ||
       fail "$name: seed $seed: backing file differs from the model"
+    case "$params" in
+      *merge=true*)
+        merges=$(awk '/^requests merged/ {print $NF}' "$tmp/stats")
+        echo "requests merged: $merges" ;;
+    esac
     case "$extra" in
       *--seq*)
         hits=$(awk '/^readahead hits/ {print $NF}' "$tmp/stats")
@@ -56,7 +61,13 @@ run "64K minimum, max 128K" 2097152 "" "--filter=blocksize-policy" \
 run "readahead, 4K minimum" 2097152 "--seq 0.5" \
   "--filter=delay --filter=blocksize-policy" "delay-read=1ms $policy"
 run "readahead, no minimum" 2097152 "--seq 0.7" "" "reshape-size=64K"
+# Merging: concurrent small requests from all connections held in
+# groups and sent as one; each must get its own data back.
+run "merge, 4K minimum" 2097152 "--seq 0.8 --seqwrite" \
+  "--filter=delay --filter=blocksize-policy" \
+  "delay-read=1ms delay-write=1ms $policy reshape-merge=true"
 # Injected EIO: errors reach the client, no wrong data, no acknowledged
 # write lost.
 run "4K minimum, EIO injected" 2097152 "--errors --seq 0.3" \
-  "--filter=blocksize-policy --filter=error" "$policy error=EIO error-rate=5%"
+  "--filter=blocksize-policy --filter=error" \
+  "$policy error=EIO error-rate=5% reshape-merge=true"

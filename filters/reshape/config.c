@@ -139,6 +139,15 @@ reshape_config_key (const char *key, const char *value)
     else
       reshape_cfg.readahead = v;
   }
+  else if (strcmp (key, "reshape-merge") == 0) {
+    int b = nbdkit_parse_bool (value);
+    if (b == -1) {
+      nbdkit_error ("reshape-merge: '%s' is not a boolean; "
+                    "accepted: true or false", value);
+      return -1;
+    }
+    reshape_cfg.merge = b;
+  }
   else if (strcmp (key, "reshape-sndbuf") == 0)
     return config_sndbuf (key, value) == -1 ? -1 : 1;
   else if (strcmp (key, "reshape-stats") == 0)
@@ -147,8 +156,8 @@ reshape_config_key (const char *key, const char *value)
     /* A typo must not silently reach the plugin as its own parameter. */
     nbdkit_error ("unknown parameter '%s'; the reshape filter takes "
                   "reshape-size, reshape-min, reshape-max, reshape-pool, "
-                  "reshape-parallel, reshape-readahead, reshape-sndbuf and "
-                  "reshape-stats", key);
+                  "reshape-parallel, reshape-readahead, reshape-merge, "
+                  "reshape-sndbuf and reshape-stats", key);
     return -1;
   }
   else

@@ -34,6 +34,7 @@ export_new (const char *name)
   }
   rangelock_init (&exp->locks);
   cache_init (&exp->cache);
+  reshape_merge_init (&exp->merge);
   return exp;
 }
 
@@ -73,6 +74,7 @@ reshape_export_put (struct reshape_export *exp)
     *pp = exp->next;
     rangelock_destroy (&exp->locks);
     cache_destroy (&exp->cache);
+    reshape_merge_destroy (&exp->merge);
     free (exp->name);
     free (exp);
   }

@@ -113,14 +113,14 @@ reshape_readahead_pread (nbdkit_next *next, struct reshape_handle *h,
    * wants: no copy through the cache for them.
    */
   if (reshape_cfg.readahead == 0 || count >= h->geo.size)
-    return reshape_split_pread (next, h, buf, count, offset, err);
+    return reshape_merge_pread (next, h, buf, count, offset, err);
   window = next_window (h, offset, count);
   if (cache_read (&h->exp->cache, offset, count, buf)) {
     reshape_stats_add (C_RA_HITS, 1);
     return 0;
   }
   if (window == 0)
-    return reshape_split_pread (next, h, buf, count, offset, err);
+    return reshape_merge_pread (next, h, buf, count, offset, err);
   reshape_stats_add (C_RA_MISSES, 1);
   return fill (next, h, window, buf, count, offset, err);
 }

@@ -111,6 +111,7 @@ reshape_prepare (nbdkit_next *next, void *handle, int readonly)
 {
   struct reshape_handle *h = handle;
 
+  h->multi_conn = next->can_multi_conn (next) == 1;
   return reshape_geometry (next, &h->geo);
 }
 
@@ -146,7 +147,7 @@ reshape_pwrite (nbdkit_next *next, void *handle, const void *buf,
   int r;
 
   reshape_stats_client (OP_PWRITE, count);
-  r = reshape_split_pwrite (next, h, buf, count, offset, flags, err);
+  r = reshape_merge_pwrite (next, h, buf, count, offset, flags, err);
   /* Coherence: before the reply, whatever the outcome. */
   cache_invalidate (&h->exp->cache, offset, offset + count);
   return r;

@@ -15,6 +15,7 @@
  *   workers.c    helper threads: the pieces of a request in parallel
  *   readahead.c  sequential detection and the readahead window
  *   cache.c      per-export read cache, kept coherent with writes
+ *   merge.c      concurrent small requests merged into one
  *   sockbuf.c    SO_SNDBUF on the unix-socket client connections
  *   stats.c      counters and the statistics report
  *   reshape.c    wires the nbdkit callbacks to the above
@@ -51,6 +52,7 @@ struct reshape_config {
   uint64_t pool;            /* reshape-pool: buffer memory cap */
   unsigned parallel;        /* reshape-parallel: fan-out per request */
   uint32_t readahead;       /* reshape-readahead: largest window, 0 = off */
+  bool merge;               /* reshape-merge */
   char *stats_file;         /* reshape-stats, absolute path or NULL */
 };
 extern struct reshape_config reshape_cfg;
@@ -68,8 +70,20 @@ extern uint32_t reshape_preferred (const struct geometry *geo);
   "reshape-pool=SIZE    Cap on the filter's buffer memory (default 64M).\n" \
   "reshape-parallel=N   Pieces of one request run at once (default 8).\n" \
   "reshape-readahead=SIZE|off  Largest readahead window (default 8M).\n" \
+  "reshape-merge=BOOL   Merge concurrent small requests (default false).\n" \
   "reshape-sndbuf=SIZE|off  Send buffer of unix-socket client connections.\n" \
   "reshape-stats=FILE   Write the statistics report to FILE at exit."
+
+/* merge.c: groups of concurrent small requests, per export. */
+struct group;
+struct merge {
+  pthread_mutex_t lock;
+  pthread_cond_t changed;
+  struct group *groups;     /* filling or at the plugin */
+  unsigned inflight;        /* groups at the plugin */
+};
+extern void reshape_merge_init (struct merge *m);
+extern void reshape_merge_destroy (struct merge *m);
 
 /* export.c: state shared by every connection to one export. */
 struct reshape_export {
@@ -77,6 +91,7 @@ struct reshape_export {
   unsigned refs;
   struct rangelock locks;
   struct cache cache;
+  struct merge merge;
   struct reshape_export *next;
 };
 extern struct reshape_export *reshape_export_get (const char *name);
@@ -95,7 +110,16 @@ struct reshape_handle {
   struct reshape_export *exp;
   struct geometry geo;
   struct readahead ra;
+  bool multi_conn;          /* the plugin allows multi-conn */
 };
+
+extern int reshape_merge_pread (nbdkit_next *next, struct reshape_handle *h,
+                                void *buf, uint32_t count, uint64_t offset,
+                                int *err);
+extern int reshape_merge_pwrite (nbdkit_next *next,
+                                 struct reshape_handle *h,
+                                 const void *buf, uint32_t count,
+                                 uint64_t offset, uint32_t flags, int *err);
 
 extern void reshape_readahead_init (struct readahead *ra);
 extern void reshape_readahead_destroy (struct readahead *ra);
@@ -164,7 +188,7 @@ enum reshape_counter {
   C_RMW_WRITES,        /* partial blocks written by read-modify-write */
   C_LOCK_WAITS,        /* range lock acquisitions that had to wait */
   C_FUA_FLUSHES,       /* flushes standing in for FUA on split writes */
-  C_MERGES,            /* requests merged with others (later) */
+  C_MERGES,            /* requests sent merged with others */
   C_RA_HITS,           /* small reads served from the cache */
   C_RA_MISSES,         /* sequential reads that filled a window */
   C_RA_FILLED,         /* bytes read ahead */
