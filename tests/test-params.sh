@@ -62,3 +62,10 @@ if nbdkit -U - --filter="$FILTER" --filter=blocksize-policy memory 1M \
   fail "reshape-max below the minimum block size was accepted"
 fi
 grep -q "reshape-max: the cap" "$tmp/out" || fail "$(cat "$tmp/out")"
+
+# Twice in one stack: refused with a clear message.
+if nbdkit --filter="$FILTER" --filter="$FILTER" null 1M --run true \
+     > "$tmp/out" 2>&1; then
+  fail "the filter was accepted twice in one stack"
+fi
+grep -q "only once in a stack" "$tmp/out" || fail "$(cat "$tmp/out")"

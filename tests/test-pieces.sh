@@ -78,3 +78,19 @@ test "$(grep -c ' Flush id=' "$log")" = 1 ||
 grep ' Write id=\| Flush id=' "$log" | tail -1 | grep -q Flush ||
   fail "the flush must come after the pieces"
 echo "ok: FUA native per piece, emulated as one flush after"
+
+# A plugin that emulates FUA with a flush it does not advertise: the
+# filter must not call that flush itself (nbdkit asserts), so FUA goes
+# down on every piece and nbdkit does the rest.
+truncate -s 1M "$tmp/fua.img"
+nbdkit -U - --filter="$FILTER" eval \
+  get_size='echo 1048576' \
+  pread='dd if='"$tmp/fua.img"' skip=$4 count=$3 iflag=skip_bytes,count_bytes status=none' \
+  pwrite='dd of='"$tmp/fua.img"' seek=$4 count=$3 oflag=seek_bytes iflag=count_bytes conv=notrunc status=none' \
+  can_write='exit 0' can_flush='exit 3' flush='exit 0' can_fua='echo emulate' \
+  reshape-size=4K \
+  --run 'nbdsh -u "$uri" -c "
+h.pwrite(b\"z\" * 10000, 100, nbd.CMD_FLAG_FUA)
+assert h.pread(10000, 100) == b\"z\" * 10000
+"' || fail "FUA write to a plugin with a hidden flush"
+echo "ok: FUA with an unadvertised flush"

@@ -20,6 +20,11 @@
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct reshape_export *exports;
 
+struct rangelock reshape_locks = {
+  .lock = PTHREAD_MUTEX_INITIALIZER,
+  .changed = PTHREAD_COND_INITIALIZER,
+};
+
 static struct reshape_export *
 export_new (const char *name)
 {
@@ -32,7 +37,6 @@ export_new (const char *name)
     free (exp);
     return NULL;
   }
-  rangelock_init (&exp->locks);
   cache_init (&exp->cache);
   reshape_merge_init (&exp->merge);
   return exp;
@@ -72,7 +76,6 @@ reshape_export_put (struct reshape_export *exp)
     for (pp = &exports; *pp != exp; pp = &(*pp)->next)
       ;
     *pp = exp->next;
-    rangelock_destroy (&exp->locks);
     cache_destroy (&exp->cache);
     reshape_merge_destroy (&exp->merge);
     free (exp->name);
@@ -93,4 +96,16 @@ reshape_export_shrink_caches (void)
     freed += cache_shrink (&exp->cache);
   pthread_mutex_unlock (&registry_lock);
   return freed;
+}
+
+/* A write touched [lo, hi): no export's cache may keep it. */
+void
+reshape_export_invalidate (uint64_t lo, uint64_t hi)
+{
+  struct reshape_export *exp;
+
+  pthread_mutex_lock (&registry_lock);
+  for (exp = exports; exp != NULL; exp = exp->next)
+    cache_invalidate (&exp->cache, lo, hi);
+  pthread_mutex_unlock (&registry_lock);
 }

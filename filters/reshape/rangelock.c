@@ -10,22 +10,6 @@
 
 #include "rangelock.h"
 
-void
-rangelock_init (struct rangelock *rl)
-{
-  pthread_mutex_init (&rl->lock, NULL);
-  pthread_cond_init (&rl->changed, NULL);
-  rl->head = rl->tail = NULL;
-}
-
-void
-rangelock_destroy (struct rangelock *rl)
-{
-  assert (rl->head == NULL);
-  pthread_cond_destroy (&rl->changed);
-  pthread_mutex_destroy (&rl->lock);
-}
-
 static bool
 conflicts (const struct rangelock_entry *a, const struct rangelock_entry *b)
 {

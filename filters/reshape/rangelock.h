@@ -27,14 +27,15 @@ struct rangelock_entry {
  * (no writer starves) and cannot deadlock, since each entry only ever
  * waits for older ones.
  */
+/* Initialize statically: { PTHREAD_MUTEX_INITIALIZER,
+ * PTHREAD_COND_INITIALIZER }.
+ */
 struct rangelock {
   pthread_mutex_t lock;            /* guards the list only, never I/O */
   pthread_cond_t changed;
   struct rangelock_entry *head, *tail;
 };
 
-extern void rangelock_init (struct rangelock *rl);
-extern void rangelock_destroy (struct rangelock *rl);
 /* Returns true if it had to wait. */
 extern bool rangelock_acquire (struct rangelock *rl,
                                struct rangelock_entry *e,

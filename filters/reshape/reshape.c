@@ -20,6 +20,17 @@ NBDKIT_DLL_PUBLIC int reshape_debug_rmw;
 NBDKIT_DLL_PUBLIC int reshape_debug_pool;
 NBDKIT_DLL_PUBLIC int reshape_debug_sockbuf;
 
+/* Twice in one stack, the copies would share one set of globals (and
+ * the outer one's block locks would block the inner one): refuse.
+ */
+static unsigned instances;
+
+static void
+reshape_load (void)
+{
+  instances++;
+}
+
 static void
 reshape_unload (void)
 {
@@ -45,6 +56,10 @@ static int
 reshape_config_complete_cb (nbdkit_next_config_complete *next,
                             nbdkit_backend *nxdata)
 {
+  if (instances > 1) {
+    nbdkit_error ("the reshape filter can appear only once in a stack");
+    return -1;
+  }
   if (reshape_config_complete () == -1)
     return -1;
   return next (nxdata);
@@ -149,7 +164,7 @@ reshape_pwrite (nbdkit_next *next, void *handle, const void *buf,
   reshape_stats_client (OP_PWRITE, count);
   r = reshape_merge_pwrite (next, h, buf, count, offset, flags, err);
   /* Coherence: before the reply, whatever the outcome. */
-  cache_invalidate (&h->exp->cache, offset, offset + count);
+  reshape_export_invalidate (offset, offset + count);
   return r;
 }
 
@@ -162,7 +177,7 @@ reshape_zero (nbdkit_next *next, void *handle, uint32_t count,
 
   reshape_stats_client (OP_ZERO, count);
   r = reshape_split_zero (next, h, count, offset, flags, err);
-  cache_invalidate (&h->exp->cache, offset, offset + count);
+  reshape_export_invalidate (offset, offset + count);
   return r;
 }
 
@@ -175,7 +190,7 @@ reshape_trim (nbdkit_next *next, void *handle, uint32_t count,
 
   reshape_stats_client (OP_TRIM, count);
   r = reshape_split_trim (next, h, count, offset, flags, err);
-  cache_invalidate (&h->exp->cache, offset, offset + count);
+  reshape_export_invalidate (offset, offset + count);
   return r;
 }
 
@@ -209,6 +224,7 @@ static struct nbdkit_filter filter = {
   .name              = "reshape",
   .longname          = "nbdkit reshape filter",
   .description       = "reshape request sizes into the plugin's optimum",
+  .load              = reshape_load,
   .unload            = reshape_unload,
   .config            = reshape_config,
   .config_complete   = reshape_config_complete_cb,

@@ -89,7 +89,6 @@ extern void reshape_merge_destroy (struct merge *m);
 struct reshape_export {
   char *name;
   unsigned refs;
-  struct rangelock locks;
   struct cache cache;
   struct merge merge;
   struct reshape_export *next;
@@ -97,6 +96,12 @@ struct reshape_export {
 extern struct reshape_export *reshape_export_get (const char *name);
 extern void reshape_export_put (struct reshape_export *exp);
 extern uint64_t reshape_export_shrink_caches (void);
+extern void reshape_export_invalidate (uint64_t lo, uint64_t hi);
+
+/* Block-range locks, one table for the process: exports with different
+ * names may still share storage.
+ */
+extern struct rangelock reshape_locks;
 
 /* readahead.c: per-connection sequential detection. */
 struct readahead {

@@ -216,13 +216,19 @@ static void
 raise_one (int fd, void *opaque)
 {
   const struct scan *s = opaque;
-  static int warned;
+  static int warned, capped;
   int cur = 0, val = s->want, target = kernel_value (s->want);
   socklen_t len = sizeof cur;
 
   if (!is_client_connection (s, fd))
     return;
   if (getsockopt (fd, SOL_SOCKET, SO_SNDBUF, &cur, &len) == -1)
+    return;
+  /* Once the kernel capped us, a socket at the cap is as done as it
+   * gets: do not set (and count) it again at every new connection.
+   */
+  if (__atomic_load_n (&capped, __ATOMIC_RELAXED) &&
+      cur >= __atomic_load_n (&capped, __ATOMIC_RELAXED))
     return;
   if (cur < target) {
     if (setsockopt (fd, SOL_SOCKET, SO_SNDBUF, &val, sizeof val) == -1) {
@@ -233,6 +239,8 @@ raise_one (int fd, void *opaque)
     if (getsockopt (fd, SOL_SOCKET, SO_SNDBUF, &cur, &len) == -1)
       return;
     reshape_stats_add (C_SOCK_RAISED, 1);
+    if (cur < target)
+      __atomic_store_n (&capped, cur, __ATOMIC_RELAXED);
     if (cur < target && !reshape_cfg.sndbuf_set)
       nbdkit_debug ("reshape: default send buffer capped by the kernel "
                     "at %d bytes", cur);

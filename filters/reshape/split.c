@@ -8,6 +8,8 @@
  * directly; only partial blocks go through bounce buffers (align.c).
  *
  * Each piece of a write (pwrite, zero, trim) locks its blocks while it
+ * runs, in one lock table for the whole process (export names do not
+ * tell whether two exports share storage: many plugins ignore them),
  * runs: exclusively when it read-modify-writes a partial block, shared
  * when it writes whole blocks.  Whole-block writers thus run in
  * parallel with each other but never inside somebody's
@@ -47,7 +49,7 @@ static int
 run_piece (const struct op *o, const struct piece *p, piece_fn fn, int *err)
 {
   struct rangelock_entry e;
-  struct rangelock *locks = &o->h->exp->locks;
+  struct rangelock *locks = &reshape_locks;
   int r;
 
   if (!o->write || o->h->geo.min == 1)   /* no partial blocks ever */
@@ -150,13 +152,17 @@ run_pieces (const struct op *o, uint64_t offset, uint64_t count,
 
 /* FUA goes on every piece when the plugin does it natively.  Else the
  * pieces go without it and one flush follows once all succeeded,
- * instead of the flush per piece nbdkit would emulate.
+ * instead of the flush per piece nbdkit would emulate.  (A plugin may
+ * emulate FUA with a flush it does not advertise; then only nbdkit
+ * may call that flush, so the flag goes on every piece.)
  */
 static uint32_t
 fua_policy (nbdkit_next *next, uint32_t flags, bool *flush_after)
 {
   *flush_after = false;
-  if ((flags & NBDKIT_FLAG_FUA) && next->can_fua (next) != NBDKIT_FUA_NATIVE) {
+  if ((flags & NBDKIT_FLAG_FUA) &&
+      next->can_fua (next) != NBDKIT_FUA_NATIVE &&
+      next->can_flush (next) == 1) {
     *flush_after = true;
     flags &= ~NBDKIT_FLAG_FUA;
   }
@@ -289,7 +295,10 @@ cache_piece (const struct op *o, const struct piece *p, int *err)
   return o->next->cache (o->next, p->count, p->offset, o->flags, err);
 }
 
-/* Cache is a hint: widen it to whole blocks, cut only at reshape-max. */
+/* Cache is a hint: widen it to whole blocks, and send only the first
+ * piece of at most reshape-max (a 4G hint must not become thousands of
+ * plugin calls).
+ */
 int
 reshape_split_cache (nbdkit_next *next, struct reshape_handle *h,
                      uint32_t count, uint64_t offset, uint32_t flags,
@@ -297,21 +306,6 @@ reshape_split_cache (nbdkit_next *next, struct reshape_handle *h,
 {
   struct op o = { .next = next, .h = h,
                   .offset = offset, .flags = flags };
-  uint64_t start, end;
-
-  walk_round_out (&h->geo, offset, count, &start, &end);
-  return run_pieces (&o, start, end - start, UINT32_MAX, cache_piece, err);
-}
-
-/* Extents may answer for a prefix of the range, so one plugin call of
- * at most reshape-max does.  It starts at the block holding offset;
- * nbdkit clips what the plugin reports to the client's range.
- */
-int
-reshape_split_extents (nbdkit_next *next, struct reshape_handle *h,
-                       uint32_t count, uint64_t offset, uint32_t flags,
-                       struct nbdkit_extents *extents, int *err)
-{
   struct walk w;
   struct piece p;
   uint64_t start, end;
@@ -319,6 +313,72 @@ reshape_split_extents (nbdkit_next *next, struct reshape_handle *h,
   walk_round_out (&h->geo, offset, count, &start, &end);
   walk_init (&w, &h->geo, start, end - start, UINT32_MAX);
   walk_next (&w, &p);
-  reshape_stats_plugin (OP_EXTENTS, p.count);
-  return next->extents (next, p.count, p.offset, flags, extents, err);
+  return cache_piece (&o, &p, err);
+}
+
+/* Extents may answer for a prefix of the range.  The plugin is asked
+ * from the block holding offset, into a private list (its answer may
+ * end before offset: REQ_ONE, or a short first extent), again from
+ * where it stopped until offset is covered; then what lies at or past
+ * offset is handed on.  Each call is at most reshape-max.
+ */
+static int
+query_extents (nbdkit_next *next, struct reshape_handle *h,
+               uint64_t start, uint64_t end, uint64_t offset,
+               uint32_t flags, struct nbdkit_extents *mine, int *err)
+{
+  uint64_t pos = start;
+
+  while (pos <= offset && pos < end) {
+    struct walk w;
+    struct piece p;
+    size_t n;
+    struct nbdkit_extent last;
+
+    walk_init (&w, &h->geo, pos, end - pos, UINT32_MAX);
+    walk_next (&w, &p);
+    reshape_stats_plugin (OP_EXTENTS, p.count);
+    if (next->extents (next, p.count, p.offset, flags, mine, err) == -1)
+      return -1;
+    n = nbdkit_extents_count (mine);
+    if (n == 0)
+      break;
+    last = nbdkit_get_extent (mine, n - 1);
+    if (last.offset + last.length <= pos)
+      break;                      /* no progress: give up */
+    pos = last.offset + last.length;
+  }
+  return 0;
+}
+
+int
+reshape_split_extents (nbdkit_next *next, struct reshape_handle *h,
+                       uint32_t count, uint64_t offset, uint32_t flags,
+                       struct nbdkit_extents *extents, int *err)
+{
+  struct nbdkit_extents *mine;
+  uint64_t start, end;
+  size_t i;
+  int r;
+
+  walk_round_out (&h->geo, offset, count, &start, &end);
+  if (start == offset)          /* already aligned: the client's list */
+    return query_extents (next, h, start, end, offset, flags, extents, err);
+  mine = nbdkit_extents_new (start, end);
+  if (mine == NULL) {
+    *err = errno;
+    return -1;
+  }
+  r = query_extents (next, h, start, end, offset, flags, mine, err);
+  for (i = 0; r == 0 && i < nbdkit_extents_count (mine); i++) {
+    struct nbdkit_extent e = nbdkit_get_extent (mine, i);
+    if (e.offset + e.length <= offset)
+      continue;                 /* nbdkit clips the one overlapping offset */
+    if (nbdkit_add_extent (extents, e.offset, e.length, e.type) == -1) {
+      *err = errno;
+      r = -1;
+    }
+  }
+  nbdkit_extents_free (mine);
+  return r;
 }
