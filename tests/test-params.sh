@@ -42,6 +42,7 @@ bad reshape-parallel=65      "a number from 1 to 64"
 bad reshape-readahead=32K     "'off' or a size from 64K to 64M"
 bad reshape-readahead=128M    "'off' or a size from 64K to 64M"
 bad reshape-merge=perhaps     "accepted: true or false"
+bad reshape-writeback=2       "accepted: true or false"
 bad reshape-sise=1M          "unknown parameter"
 
 good reshape-size=4K reshape-min=1 reshape-max=512 reshape-pool=64K
@@ -49,7 +50,8 @@ good reshape-size=32M reshape-min=64K reshape-max=4294967295
 good reshape-sndbuf=off reshape-parallel=1
 good reshape-parallel=64 reshape-readahead=off
 good reshape-readahead=64K reshape-merge=true
-good reshape-merge=off
+good reshape-merge=off reshape-writeback=true
+good reshape-writeback=false
 good reshape-readahead=64M
 good reshape-sndbuf=0
 good reshape-sndbuf=2M reshape-stats="$tmp/stats"

@@ -33,6 +33,12 @@ run ()
         merges=$(awk '/^requests merged/ {print $NF}' "$tmp/stats")
         echo "requests merged: $merges" ;;
     esac
+    case "$params" in
+      *writeback=true*)
+        staged=$(awk '/^bytes staged/ {print $NF}' "$tmp/stats")
+        test "$staged" -gt 0 || fail "$name: seed $seed: nothing staged"
+        echo "bytes staged: $staged" ;;
+    esac
     case "$extra" in
       *--seq*)
         hits=$(awk '/^readahead hits/ {print $NF}' "$tmp/stats")
@@ -63,9 +69,16 @@ run "readahead, 4K minimum" 2097152 "--seq 0.5" \
 run "readahead, no minimum" 2097152 "--seq 0.7" "" "reshape-size=64K"
 # Merging: concurrent small requests from all connections held in
 # groups and sent as one; each must get its own data back.
-run "merge, 4K minimum" 2097152 "--seq 0.8 --seqwrite" \
+run "merge" 2097152 "--seq 0.8 --seqwrite" "--filter=delay" \
+  "delay-read=1ms delay-write=1ms reshape-merge=true reshape-size=64K"
+# Write-back: staged small writes must be seen by every later read,
+# zero and trim from any connection, and reach the file at the end.
+run "write-back, 4K minimum" 2097152 "--seq 0.6 --seqwrite" \
   "--filter=delay --filter=blocksize-policy" \
-  "delay-read=1ms delay-write=1ms $policy reshape-merge=true"
+  "delay-write=1ms $policy reshape-writeback=true reshape-size=64K"
+run "write-back with everything" 2097152 "--seq 0.5 --seqwrite" \
+  "--filter=delay" \
+  "delay-write=1ms reshape-writeback=true reshape-merge=true reshape-size=64K"
 # Injected EIO: errors reach the client, no wrong data, no acknowledged
 # write lost.
 run "4K minimum, EIO injected" 2097152 "--errors --seq 0.3" \

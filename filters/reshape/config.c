@@ -67,6 +67,20 @@ parse_size (const char *key, const char *value,
 }
 
 static int
+parse_bool (const char *key, const char *value, bool *out)
+{
+  int b = nbdkit_parse_bool (value);
+
+  if (b == -1) {
+    nbdkit_error ("%s: '%s' is not a boolean; accepted: true or false",
+                  key, value);
+    return -1;
+  }
+  *out = b;
+  return 0;
+}
+
+static int
 config_sndbuf (const char *key, const char *value)
 {
   uint64_t v;
@@ -139,15 +153,10 @@ reshape_config_key (const char *key, const char *value)
     else
       reshape_cfg.readahead = v;
   }
-  else if (strcmp (key, "reshape-merge") == 0) {
-    int b = nbdkit_parse_bool (value);
-    if (b == -1) {
-      nbdkit_error ("reshape-merge: '%s' is not a boolean; "
-                    "accepted: true or false", value);
-      return -1;
-    }
-    reshape_cfg.merge = b;
-  }
+  else if (strcmp (key, "reshape-merge") == 0)
+    return parse_bool (key, value, &reshape_cfg.merge) == -1 ? -1 : 1;
+  else if (strcmp (key, "reshape-writeback") == 0)
+    return parse_bool (key, value, &reshape_cfg.writeback) == -1 ? -1 : 1;
   else if (strcmp (key, "reshape-sndbuf") == 0)
     return config_sndbuf (key, value) == -1 ? -1 : 1;
   else if (strcmp (key, "reshape-stats") == 0)
@@ -157,7 +166,7 @@ reshape_config_key (const char *key, const char *value)
     nbdkit_error ("unknown parameter '%s'; the reshape filter takes "
                   "reshape-size, reshape-min, reshape-max, reshape-pool, "
                   "reshape-parallel, reshape-readahead, reshape-merge, "
-                  "reshape-sndbuf and reshape-stats", key);
+                  "reshape-writeback, reshape-sndbuf and reshape-stats", key);
     return -1;
   }
   else

@@ -267,10 +267,15 @@ reshape_merge_destroy (struct merge *m)
   pthread_mutex_destroy (&m->lock);
 }
 
+/* Not with a minimum block size: a merged request could then need a
+ * bounce buffer while holding its merge buffer, and two buffers held
+ * at once could starve each other in a small pool.
+ */
 static bool
 mergeable (const struct reshape_handle *h, uint32_t count)
 {
-  return reshape_cfg.merge && reshape_parallel_ok && count < h->geo.size;
+  return reshape_cfg.merge && reshape_parallel_ok && h->geo.min == 1 &&
+    count < h->geo.size;
 }
 
 int

@@ -107,8 +107,23 @@ allocate (unsigned c)
   return p;
 }
 
+static void *pool_get (uint32_t len, bool wait);
+
 void *
 reshape_pool_get (uint32_t len)
+{
+  return pool_get (len, true);
+}
+
+/* For memory kept a long time (staging): never waits, NULL if full. */
+void *
+reshape_pool_try_get (uint32_t len)
+{
+  return pool_get (len, false);
+}
+
+static void *
+pool_get (uint32_t len, bool wait)
 {
   const unsigned c = class_of (len);
   const uint64_t want = class_bytes (c);
@@ -142,6 +157,10 @@ reshape_pool_get (uint32_t len)
     pthread_mutex_lock (&lock);
     if (freed)
       continue;
+    if (!wait) {
+      pthread_mutex_unlock (&lock);
+      return NULL;
+    }
     if (!waited) {
       reshape_stats_add (C_POOL_WAITS, 1);
       if (reshape_debug_pool)

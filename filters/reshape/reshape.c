@@ -121,6 +121,14 @@ reshape_close (void *handle)
   free (h);
 }
 
+/* The connection is closing: write back what it staged. */
+static int
+reshape_finalize (nbdkit_next *next, void *handle)
+{
+  reshape_writeback_finalize (next, handle);
+  return 0;
+}
+
 static int
 reshape_prepare (nbdkit_next *next, void *handle, int readonly)
 {
@@ -162,7 +170,7 @@ reshape_pwrite (nbdkit_next *next, void *handle, const void *buf,
   int r;
 
   reshape_stats_client (OP_PWRITE, count);
-  r = reshape_merge_pwrite (next, h, buf, count, offset, flags, err);
+  r = reshape_writeback_pwrite (next, h, buf, count, offset, flags, err);
   /* Coherence: before the reply, whatever the outcome. */
   reshape_export_invalidate (offset, offset + count);
   return r;
@@ -176,6 +184,8 @@ reshape_zero (nbdkit_next *next, void *handle, uint32_t count,
   int r;
 
   reshape_stats_client (OP_ZERO, count);
+  if (reshape_writeback_drain (next, h, offset, offset + count, err) == -1)
+    return -1;
   r = reshape_split_zero (next, h, count, offset, flags, err);
   reshape_export_invalidate (offset, offset + count);
   return r;
@@ -189,6 +199,8 @@ reshape_trim (nbdkit_next *next, void *handle, uint32_t count,
   int r;
 
   reshape_stats_client (OP_TRIM, count);
+  if (reshape_writeback_drain (next, h, offset, offset + count, err) == -1)
+    return -1;
   r = reshape_split_trim (next, h, count, offset, flags, err);
   reshape_export_invalidate (offset, offset + count);
   return r;
@@ -208,6 +220,10 @@ reshape_extents (nbdkit_next *next, void *handle, uint32_t count,
                  struct nbdkit_extents *extents, int *err)
 {
   reshape_stats_client (OP_EXTENTS, count);
+  /* Staged data would otherwise look like a hole. */
+  if (reshape_writeback_drain (next, handle, offset, offset + count,
+                               err) == -1)
+    return -1;
   return reshape_split_extents (next, handle, count, offset, flags,
                                 extents, err);
 }
@@ -215,9 +231,19 @@ reshape_extents (nbdkit_next *next, void *handle, uint32_t count,
 static int
 reshape_flush (nbdkit_next *next, void *handle, uint32_t flags, int *err)
 {
+  int wb_err = 0;
+
   reshape_stats_client (OP_FLUSH, 0);
+  /* Staged writes first; a deferred failure is reported here. */
+  reshape_writeback_flush (next, handle, &wb_err);
   reshape_stats_plugin (OP_FLUSH, 0);
-  return next->flush (next, flags, err);
+  if (next->flush (next, flags, err) == -1)
+    return -1;
+  if (wb_err) {
+    *err = wb_err;
+    return -1;
+  }
+  return 0;
 }
 
 static struct nbdkit_filter filter = {
@@ -235,6 +261,7 @@ static struct nbdkit_filter filter = {
   .open              = reshape_open,
   .close             = reshape_close,
   .prepare           = reshape_prepare,
+  .finalize          = reshape_finalize,
   .block_size        = reshape_block_size,
   .pread             = reshape_pread,
   .pwrite            = reshape_pwrite,

@@ -16,6 +16,7 @@
  *   readahead.c  sequential detection and the readahead window
  *   cache.c      per-export read cache, kept coherent with writes
  *   merge.c      concurrent small requests merged into one
+ *   writeback.c  opt-in staging of small writes into whole blocks
  *   sockbuf.c    SO_SNDBUF on the unix-socket client connections
  *   stats.c      counters and the statistics report
  *   reshape.c    wires the nbdkit callbacks to the above
@@ -53,6 +54,7 @@ struct reshape_config {
   unsigned parallel;        /* reshape-parallel: fan-out per request */
   uint32_t readahead;       /* reshape-readahead: largest window, 0 = off */
   bool merge;               /* reshape-merge */
+  bool writeback;           /* reshape-writeback */
   char *stats_file;         /* reshape-stats, absolute path or NULL */
 };
 extern struct reshape_config reshape_cfg;
@@ -71,6 +73,7 @@ extern uint32_t reshape_preferred (const struct geometry *geo);
   "reshape-parallel=N   Pieces of one request run at once (default 8).\n" \
   "reshape-readahead=SIZE|off  Largest readahead window (default 8M).\n" \
   "reshape-merge=BOOL   Merge concurrent small requests (default false).\n" \
+  "reshape-writeback=BOOL  Stage small writes (default false).\n" \
   "reshape-sndbuf=SIZE|off  Send buffer of unix-socket client connections.\n" \
   "reshape-stats=FILE   Write the statistics report to FILE at exit."
 
@@ -85,18 +88,38 @@ struct merge {
 extern void reshape_merge_init (struct merge *m);
 extern void reshape_merge_destroy (struct merge *m);
 
+/* writeback.c: staged small writes, per export. */
+struct wb_block;
+struct writeback {
+  pthread_mutex_t lock;
+  pthread_cond_t changed;
+  struct wb_block *blocks;  /* newest first */
+};
+extern void reshape_writeback_init (struct writeback *wb);
+extern void reshape_writeback_destroy (struct writeback *wb);
+
 /* export.c: state shared by every connection to one export. */
 struct reshape_export {
   char *name;
   unsigned refs;
   struct cache cache;
   struct merge merge;
+  struct writeback wb;
   struct reshape_export *next;
 };
 extern struct reshape_export *reshape_export_get (const char *name);
 extern void reshape_export_put (struct reshape_export *exp);
 extern uint64_t reshape_export_shrink_caches (void);
 extern void reshape_export_invalidate (uint64_t lo, uint64_t hi);
+struct reshape_handle;
+typedef void (*reshape_writeback_fn) (nbdkit_next *next,
+                                      struct reshape_handle *h,
+                                      struct writeback *wb,
+                                      uint64_t lo, uint64_t hi);
+extern void reshape_export_for_each_writeback (nbdkit_next *next,
+                                               struct reshape_handle *h,
+                                               uint64_t lo, uint64_t hi,
+                                               reshape_writeback_fn fn);
 
 /* Block-range locks, one table for the process: exports with different
  * names may still share storage.
@@ -118,6 +141,18 @@ struct reshape_handle {
   bool multi_conn;          /* the plugin allows multi-conn */
 };
 
+extern int reshape_writeback_pwrite (nbdkit_next *next,
+                                     struct reshape_handle *h,
+                                     const void *buf, uint32_t count,
+                                     uint64_t offset, uint32_t flags,
+                                     int *err);
+extern int reshape_writeback_drain (nbdkit_next *next,
+                                    struct reshape_handle *h,
+                                    uint64_t lo, uint64_t hi, int *err);
+extern int reshape_writeback_flush (nbdkit_next *next,
+                                    struct reshape_handle *h, int *err);
+extern void reshape_writeback_finalize (nbdkit_next *next,
+                                        struct reshape_handle *h);
 extern int reshape_merge_pread (nbdkit_next *next, struct reshape_handle *h,
                                 void *buf, uint32_t count, uint64_t offset,
                                 int *err);
@@ -168,6 +203,7 @@ extern int reshape_align_write (nbdkit_next *next, const struct piece *p,
 extern void reshape_pool_init (uint64_t cap);
 extern void reshape_pool_free_all (void);
 extern void *reshape_pool_get (uint32_t len);
+extern void *reshape_pool_try_get (uint32_t len);
 extern void reshape_pool_put (void *buf, uint32_t len);
 
 /* workers.c: helper threads for parallel pieces and background work. */
@@ -198,6 +234,8 @@ enum reshape_counter {
   C_RA_MISSES,         /* sequential reads that filled a window */
   C_RA_FILLED,         /* bytes read ahead */
   C_RA_WINDOW,         /* largest readahead window used */
+  C_WB_STAGED,         /* bytes of small writes staged */
+  C_WB_WRITTEN,        /* staged bytes written back */
   C_POOL_ALLOCS,       /* buffers allocated by the pool */
   C_POOL_REUSES,       /* buffers handed out again from the pool */
   C_POOL_WAITS,        /* waits for a buffer at the cap */
