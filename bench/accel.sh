@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Acceleration benchmarks: each workload without a filter, with the
+# best existing nbdkit filter for the job, and with this filter, in one
+# hyperfine run; plugin calls counted by the model backend
+# (bench/model-plugin.c).  Results: bench/results/*.json, then
+# bench/report.py writes bench/results/README.md and accel.svg.
+# usage: bench/accel.sh [RUNS], from a built tree (make check builds
+# the model plugin).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/bin:/bin:$PATH"
+runs=${1:-3}
+F="$PWD/filters/reshape/.libs/nbdkit-reshape-filter.so"
+M="$PWD/bench/.libs/nbdkit-model-plugin.so"
+out="$PWD/bench/results"
+mkdir -p "$out"
+test -f "$M" || make -s check TESTS= >/dev/null
+slow="latency=1ms bandwidth=400M"
+
+# bench NAME CLIENT-COMMAND then (label, nbdkit words) pairs
+bench ()
+{
+  local name=$1 client=$2; shift 2
+  local args=() label stack
+  while [ $# -gt 0 ]; do
+    label=$1 stack=$2; shift 2
+    args+=(-n "$label" "nbdkit -U - $stack --run '$client'")
+    # One more run for the plugin calls, outside the timing.
+    case "$stack" in
+      *"$M"*)
+        eval "nbdkit -U - $stack calls=$out/$name.$label.calls \
+              --run '$client'" >/dev/null 2>&1 || : ;;
+    esac
+  done
+  hyperfine -N --warmup 1 --runs "$runs" --export-json "$out/$name.json" \
+    "${args[@]}" 2>/dev/null | grep -E '^ +[0-9.]+ ± |times faster|^Summary|ran$' || :
+}
+
+echo "== naive sequential 4K reader (depth 1), 1 ms + 400 MB/s per request"
+naive='qemu-img bench -f raw -c 8192 -d 1 -s 4096 -S 4096 $uri'
+bench naive "$naive" \
+  "no-filter"          "$M size=64M $slow" \
+  "readahead+cache"    "--filter=readahead --filter=cache $M size=64M $slow" \
+  "reshape"            "--filter=$F $M size=64M $slow" \
+  "zero-latency"       "$M size=64M"
+
+echo "== 64-deep 4K writes, 1 ms + 400 MB/s"
+deep='qemu-img bench -w -f raw -c 8192 -d 64 -s 4096 -S 4096 $uri'
+bench deep "$deep" \
+  "no-filter"          "$M size=64M $slow" \
+  "cache=writeback"    "--filter=cache $M size=64M $slow cache=writeback" \
+  "reshape"            "--filter=$F $M size=64M $slow" \
+  "reshape+merge"      "--filter=$F $M size=64M $slow reshape-merge=true"
+
+echo "== serialized plugin, 4K writes 64 deep, 1 ms + 400 MB/s"
+serial='qemu-img bench -w -f raw -c 4096 -d 64 -s 4096 -S 4096 $uri'
+bench serial "$serial" \
+  "no-filter"          "$M size=64M $slow serialize=true" \
+  "cache=writeback"    "--filter=cache $M size=64M $slow serialize=true cache=writeback" \
+  "reshape-writeback"  "--filter=$F $M size=64M $slow serialize=true reshape-writeback=true"
+
+echo "== 32M reads, 1 ms + 200 MB/s per request"
+big='qemu-img bench -f raw -c 16 -d 1 -s 32M -S 32M $uri'
+bench big "$big" \
+  "no-filter"          "$M size=512M latency=1ms bandwidth=200M" \
+  "blocksize"          "--filter=blocksize $M size=512M latency=1ms bandwidth=200M maxdata=256K" \
+  "reshape"            "--filter=$F $M size=512M latency=1ms bandwidth=200M"
+
+echo "== qemu-img convert from an export, 1 ms + 400 MB/s"
+conv='qemu-img convert -f raw -O raw $uri '"$out"'/convert.img'
+bench convert-from "$conv" \
+  "no-filter"          "$M size=256M $slow" \
+  "readahead+cache"    "--filter=readahead --filter=cache $M size=256M $slow" \
+  "reshape"            "--filter=$F $M size=256M $slow"
+qemu-img create -q -f raw "$out/src.img" 256M
+nbdkit -U - pattern 256M --run "nbdcopy \$uri $out/src.img"
+conv='qemu-img convert -n -f raw -O raw '"$out"'/src.img $uri'
+echo "== qemu-img convert to an export, 1 ms + 400 MB/s"
+bench convert-to "$conv" \
+  "no-filter"          "$M size=256M $slow" \
+  "cache=writeback"    "--filter=cache $M size=256M $slow cache=writeback" \
+  "reshape"            "--filter=$F $M size=256M $slow"
+rm -f "$out/src.img" "$out/convert.img"
+
+echo "== already-optimal requests: nbdcopy 256K, pattern 4G, no latency"
+opt='nbdcopy --request-size=262144 $uri null:'
+bench optimal "$opt" \
+  "no-filter"          "pattern 4G" \
+  "reshape"            "--filter=$F pattern 4G"
+
+echo "== the seeds' sweep: nbdcopy --request-size=2^N over sparse-random 4G"
+for f in "" "--filter=$F"; do
+  tag=$([ -z "$f" ] && echo no-filter || echo reshape)
+  hyperfine -N --warmup 1 --runs "$runs" -P rs 15 25 \
+    --export-json "$out/sweep.$tag.json" \
+    "nbdkit -U - $f sparse-random size=4G seed=1 --run 'nbdcopy --request-size=\$((2**{rs})) \$uri \$uri'" \
+    >/dev/null 2>&1
+  echo "  $tag done"
+done
+
+/usr/bin/python3 "$PWD/bench/report.py" "$out"
