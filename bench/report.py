@@ -61,7 +61,8 @@ for tag in ("no-filter", "reshape"):
     p = os.path.join(d, "sweep.%s.json" % tag)
     if os.path.exists(p):
         for r in json.load(open(p))["results"]:
-            sweep.setdefault(int(r["parameters"]["rs"]), {})[tag] = r["mean"]
+            n = int(r["parameters"]["rs"]).bit_length() - 1
+            sweep.setdefault(n, {})[tag] = r["mean"]
 if sweep:
     md += ["## The seeds' sweep: nbdcopy --request-size=2^N, "
            "sparse-random 4G", "",

@@ -176,34 +176,42 @@ reshape_pwrite (nbdkit_next *next, void *handle, const void *buf,
   return r;
 }
 
+/* Zero and trim: staged writes there go first, and cached data there
+ * is dropped before the reply, whatever the outcome.
+ */
+typedef int (*data_less_fn) (nbdkit_next *next, struct reshape_handle *h,
+                             uint32_t count, uint64_t offset,
+                             uint32_t flags, int *err);
+
+static int
+data_less (enum reshape_op op, data_less_fn fn, nbdkit_next *next,
+           struct reshape_handle *h, uint32_t count, uint64_t offset,
+           uint32_t flags, int *err)
+{
+  int r;
+
+  reshape_stats_client (op, count);
+  if (reshape_writeback_drain (next, h, offset, offset + count, err) == -1)
+    return -1;
+  r = fn (next, h, count, offset, flags, err);
+  reshape_export_invalidate (offset, offset + count);
+  return r;
+}
+
 static int
 reshape_zero (nbdkit_next *next, void *handle, uint32_t count,
               uint64_t offset, uint32_t flags, int *err)
 {
-  struct reshape_handle *h = handle;
-  int r;
-
-  reshape_stats_client (OP_ZERO, count);
-  if (reshape_writeback_drain (next, h, offset, offset + count, err) == -1)
-    return -1;
-  r = reshape_split_zero (next, h, count, offset, flags, err);
-  reshape_export_invalidate (offset, offset + count);
-  return r;
+  return data_less (OP_ZERO, reshape_split_zero, next, handle,
+                    count, offset, flags, err);
 }
 
 static int
 reshape_trim (nbdkit_next *next, void *handle, uint32_t count,
               uint64_t offset, uint32_t flags, int *err)
 {
-  struct reshape_handle *h = handle;
-  int r;
-
-  reshape_stats_client (OP_TRIM, count);
-  if (reshape_writeback_drain (next, h, offset, offset + count, err) == -1)
-    return -1;
-  r = reshape_split_trim (next, h, count, offset, flags, err);
-  reshape_export_invalidate (offset, offset + count);
-  return r;
+  return data_less (OP_TRIM, reshape_split_trim, next, handle,
+                    count, offset, flags, err);
 }
 
 static int
