@@ -88,6 +88,11 @@ fill (nbdkit_next *next, struct reshape_handle *h, uint32_t window,
   if (hi > h->geo.exportsize)
     hi = h->geo.exportsize;
   len = hi - lo;
+  /* Staged writes in the window go first, before we hold a buffer: a
+   * write-back may itself need one (read-modify-write).
+   */
+  if (reshape_writeback_drain (next, h, lo, hi, err) == -1)
+    return -1;
   data = reshape_pool_get (len);
   if (data == NULL)
     return reshape_split_pread (next, h, buf, count, offset, err);
