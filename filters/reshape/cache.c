@@ -157,7 +157,10 @@ cache_fill_end (struct cache *c, struct cache_fill *f,
   for (pp = &c->fills; *pp != f; pp = &(*pp)->next)
     ;
   *pp = f->next;
-  if (ok && !f->stale) {
+  /* Nothing is kept while someone waits for pool memory: the waiter
+   * already asked the caches to shrink and would wait forever.
+   */
+  if (ok && !f->stale && !reshape_pool_pressure ()) {
     forget_range (c, f->lo, f->lo + len);
     if (make_room (c, len) && (e = malloc (sizeof *e)) != NULL) {
       *e = (struct cache_entry) { .off = f->lo, .len = len, .buf = buf,

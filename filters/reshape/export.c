@@ -111,36 +111,3 @@ reshape_export_invalidate (uint64_t lo, uint64_t hi)
     cache_invalidate (&exp->cache, lo, hi);
   pthread_mutex_unlock (&registry_lock);
 }
-
-/* Run fn on the staging of every export, without holding the registry
- * lock while fn does I/O: each export is held by a reference instead.
- */
-void
-reshape_export_for_each_writeback (nbdkit_next *next,
-                                   struct reshape_handle *h,
-                                   uint64_t lo, uint64_t hi,
-                                   reshape_writeback_fn fn)
-{
-  struct reshape_export *exp, **all;
-  size_t n = 0, i;
-
-  pthread_mutex_lock (&registry_lock);
-  for (exp = exports; exp != NULL; exp = exp->next)
-    n++;
-  all = malloc (n * sizeof *all);
-  if (all == NULL) {                  /* at least our own export */
-    pthread_mutex_unlock (&registry_lock);
-    fn (next, h, &h->exp->wb, lo, hi);
-    return;
-  }
-  for (i = 0, exp = exports; exp != NULL; exp = exp->next, i++) {
-    exp->refs++;
-    all[i] = exp;
-  }
-  pthread_mutex_unlock (&registry_lock);
-  for (i = 0; i < n; i++) {
-    fn (next, h, &all[i]->wb, lo, hi);
-    reshape_export_put (all[i]);
-  }
-  free (all);
-}

@@ -42,6 +42,7 @@ static struct free_buf *free_list[NCLASSES];
 static uint64_t cap;                    /* reshape-pool */
 static uint64_t total;                  /* bytes allocated, idle or not */
 static uint64_t idle;                   /* bytes on the free lists */
+static unsigned waiters;                /* threads waiting for memory */
 
 void
 reshape_pool_init (uint64_t c)
@@ -149,6 +150,10 @@ pool_get (uint32_t len, bool wait)
     }
     if (release_one_idle ())
       continue;
+    if (!wait) {
+      pthread_mutex_unlock (&lock);
+      return NULL;
+    }
     /* The caches hold memory that they can give back.  Ask them, with
      * the pool unlocked (they return buffers through the pool).
      */
@@ -157,10 +162,6 @@ pool_get (uint32_t len, bool wait)
     pthread_mutex_lock (&lock);
     if (freed)
       continue;
-    if (!wait) {
-      pthread_mutex_unlock (&lock);
-      return NULL;
-    }
     if (!waited) {
       reshape_stats_add (C_POOL_WAITS, 1);
       if (reshape_debug_pool)
@@ -169,8 +170,17 @@ pool_get (uint32_t len, bool wait)
                       want, total - idle, cap);
       waited = true;
     }
+    __atomic_add_fetch (&waiters, 1, __ATOMIC_RELAXED);
     pthread_cond_wait (&returned, &lock);
+    __atomic_sub_fetch (&waiters, 1, __ATOMIC_RELAXED);
   }
+}
+
+/* Is anybody waiting for memory?  Then nothing should keep any. */
+bool
+reshape_pool_pressure (void)
+{
+  return __atomic_load_n (&waiters, __ATOMIC_RELAXED) > 0;
 }
 
 void

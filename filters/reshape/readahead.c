@@ -83,8 +83,9 @@ fill (nbdkit_next *next, struct reshape_handle *h, uint32_t window,
   char *data;
   int r;
 
-  if (hi < offset + count)
-    hi = offset + count;
+  if (hi < offset + count)           /* whole blocks: no bounce buffer */
+    hi = offset + count + (h->geo.min - (offset + count) % h->geo.min)
+      % h->geo.min;
   if (hi > h->geo.exportsize)
     hi = h->geo.exportsize;
   len = hi - lo;
@@ -117,7 +118,12 @@ reshape_readahead_pread (nbdkit_next *next, struct reshape_handle *h,
   /* Requests of the optimal size or larger are already what the plugin
    * wants: no copy through the cache for them.
    */
-  if (reshape_cfg.readahead == 0 || count >= h->geo.size)
+  /* Without multi-conn, staged writes belong to one connection, and a
+   * cache shared with the others could be filled around them: no
+   * readahead then while write-back is on.
+   */
+  if (reshape_cfg.readahead == 0 || count >= h->geo.size ||
+      (reshape_cfg.writeback && !h->multi_conn))
     return reshape_merge_pread (next, h, buf, count, offset, err);
   window = next_window (h, offset, count);
   if (cache_read (&h->exp->cache, offset, count, buf)) {

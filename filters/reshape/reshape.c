@@ -106,6 +106,7 @@ reshape_open (nbdkit_next_open *next, nbdkit_context *nxdata,
     return NULL;
   }
   reshape_readahead_init (&h->ra);
+  reshape_writeback_open (h);
   /* The client's socket exists by now: give it its send buffer. */
   reshape_sockbuf_raise (reshape_cfg.sndbuf);
   return h;
@@ -159,6 +160,12 @@ reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
                uint64_t offset, uint32_t flags, int *err)
 {
   reshape_stats_client (OP_PREAD, count);
+  /* Staged writes there first (cache hits are never older: staging a
+   * write drops what it overlaps from the caches).
+   */
+  if (reshape_writeback_drain (next, handle, offset, offset + count,
+                               err) == -1)
+    return -1;
   return reshape_readahead_pread (next, handle, buf, count, offset, err);
 }
 

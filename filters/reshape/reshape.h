@@ -94,6 +94,8 @@ struct writeback {
   pthread_mutex_t lock;
   pthread_cond_t changed;
   struct wb_block *blocks;  /* newest first */
+  uint64_t failures;        /* failed write-backs of shared blocks */
+  int last_error;
 };
 extern void reshape_writeback_init (struct writeback *wb);
 extern void reshape_writeback_destroy (struct writeback *wb);
@@ -111,15 +113,7 @@ extern struct reshape_export *reshape_export_get (const char *name);
 extern void reshape_export_put (struct reshape_export *exp);
 extern uint64_t reshape_export_shrink_caches (void);
 extern void reshape_export_invalidate (uint64_t lo, uint64_t hi);
-struct reshape_handle;
-typedef void (*reshape_writeback_fn) (nbdkit_next *next,
-                                      struct reshape_handle *h,
-                                      struct writeback *wb,
-                                      uint64_t lo, uint64_t hi);
-extern void reshape_export_for_each_writeback (nbdkit_next *next,
-                                               struct reshape_handle *h,
-                                               uint64_t lo, uint64_t hi,
-                                               reshape_writeback_fn fn);
+
 
 /* Block-range locks, one table for the process: exports with different
  * names may still share storage.
@@ -139,6 +133,8 @@ struct reshape_handle {
   struct geometry geo;
   struct readahead ra;
   bool multi_conn;          /* the plugin allows multi-conn */
+  uint64_t wb_seen;         /* export's write-back failures reported */
+  int wb_failed;            /* failure of a block this connection owned */
 };
 
 extern int reshape_writeback_pwrite (nbdkit_next *next,
@@ -153,6 +149,7 @@ extern int reshape_writeback_flush (nbdkit_next *next,
                                     struct reshape_handle *h, int *err);
 extern void reshape_writeback_finalize (nbdkit_next *next,
                                         struct reshape_handle *h);
+extern void reshape_writeback_open (struct reshape_handle *h);
 extern int reshape_merge_pread (nbdkit_next *next, struct reshape_handle *h,
                                 void *buf, uint32_t count, uint64_t offset,
                                 int *err);
@@ -204,6 +201,7 @@ extern void reshape_pool_init (uint64_t cap);
 extern void reshape_pool_free_all (void);
 extern void *reshape_pool_get (uint32_t len);
 extern void *reshape_pool_try_get (uint32_t len);
+extern bool reshape_pool_pressure (void);
 extern void reshape_pool_put (void *buf, uint32_t len);
 
 /* workers.c: helper threads for parallel pieces and background work. */

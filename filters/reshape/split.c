@@ -210,9 +210,6 @@ reshape_split_pread (nbdkit_next *next, struct reshape_handle *h,
 {
   struct op o = { .next = next, .h = h,
                   .offset = offset, .rbuf = buf };
-
-  if (reshape_writeback_drain (next, h, offset, offset + count, err) == -1)
-    return -1;
   return run_pieces (&o, offset, count, h->geo.size, pread_piece, err);
 }
 

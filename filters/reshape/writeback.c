@@ -15,12 +15,18 @@
  *
  * All write-back runs inline, in the request that needs it, so it
  * works with plugins that serialize requests (no background thread
- * may call them).  A failed deferred write is logged and returned by
- * the next flush, from any connection (sticky until reported).
+ * may call them).  Only at connection close does a short-lived thread
+ * do it: nbdkit aborts sleeps of a closing connection's own threads,
+ * which would fail the write-back in layers that sleep (delay filter).
  *
  * Blocks are kept per export, and shared by its connections only when
  * the plugin allows multi-conn; otherwise per connection, so that each
- * connection's flush covers exactly what it wrote.
+ * connection's flush covers exactly what it wrote.  A failed deferred
+ * write is logged and returned by the next flush of every connection
+ * that could have staged it (each connection remembers the failure
+ * count it has seen), and by a read that needed it written first.
+ * A flush writes back only blocks staged before it arrived, so a busy
+ * writer on another connection cannot hold it up.
  */
 
 #include <config.h>
@@ -45,7 +51,8 @@ struct range {
 };
 
 struct wb_block {
-  void *owner;                  /* NULL: shared by the export */
+  struct reshape_handle *owner; /* NULL: shared by the export */
+  uint64_t seq;                 /* when it was created */
   uint64_t off;                 /* aligned to reshape-size */
   uint32_t len;                 /* block length, clipped at export end */
   unsigned nr;                  /* staged ranges */
@@ -94,8 +101,8 @@ add_range (struct wb_block *b, uint32_t lo, uint32_t hi)
 static uint64_t first_byte (const struct wb_block *b) { return b->off + b->r[0].lo; }
 static uint64_t end_byte (const struct wb_block *b) { return b->off + b->r[b->nr - 1].hi; }
 
-static int sticky_error;        /* deferred failure not yet reported */
-static uint64_t staged_bytes;   /* all exports, under each lock */
+static uint64_t staged_bytes;   /* all exports, atomic */
+static uint64_t next_seq;       /* block creation order, atomic */
 
 void
 reshape_writeback_init (struct writeback *wb)
@@ -112,7 +119,7 @@ reshape_writeback_destroy (struct writeback *wb)
   pthread_mutex_destroy (&wb->lock);
 }
 
-static void *
+static struct reshape_handle *
 owner_of (struct reshape_handle *h)
 {
   return h->multi_conn ? NULL : h;
@@ -136,7 +143,8 @@ unlink_block (struct writeback *wb, struct wb_block *b)
 }
 
 /* Write block b (marked busy by the caller, lock not held) to the
- * plugin, then forget it.  Its error becomes the sticky error.
+ * plugin, then forget it.  Returns 0 or the error, which is also
+ * recorded for the flushes that must report it.
  */
 static int
 write_back (nbdkit_next *next, struct reshape_handle *h,
@@ -153,80 +161,116 @@ write_back (nbdkit_next *next, struct reshape_handle *h,
       nbdkit_error ("reshape: deferred write of %" PRIu32 " bytes at %"
                     PRIu64 " failed: %s; the next flush reports it",
                     x.hi - x.lo, b->off + x.lo, strerror (err));
-      __atomic_store_n (&sticky_error, err, __ATOMIC_RELAXED);
-      r = -1;
+      r = err;
     }
   }
+  if (r) {
+    /* Who must hear of it: the owner, or every connection. */
+    if (b->owner)
+      __atomic_store_n (&b->owner->wb_failed, r, __ATOMIC_RELAXED);
+    else {
+      __atomic_store_n (&wb->last_error, r, __ATOMIC_RELAXED);
+      __atomic_add_fetch (&wb->failures, 1, __ATOMIC_RELAXED);
+    }
+  }
+  /* Whatever a reader cached meanwhile is older than this. */
+  reshape_export_invalidate (b->off + b->r[0].lo, b->off + b->r[b->nr - 1].hi);
   pthread_mutex_lock (&wb->lock);
   unlink_block (wb, b);
   pthread_cond_broadcast (&wb->changed);
   pthread_mutex_unlock (&wb->lock);
   reshape_pool_put (b->buf, b->len);
   free (b);
-  return r;
+  return r;                     /* 0 or the error */
 }
 
-/* Set when a drain in this thread failed to write back. */
-static __thread int drain_error;
-
-/* Write back every block of wb visible to h that overlaps [lo, hi),
- * waiting for blocks others are writing back.
+/* Write back every block visible to h that overlaps [lo, hi) and was
+ * created before upto, waiting for blocks others are writing back.
+ * Returns 0 or the first error.
  */
-static void
-drain_export (nbdkit_next *next, struct reshape_handle *h,
-              struct writeback *wb, uint64_t lo, uint64_t hi)
+static int
+drain (nbdkit_next *next, struct reshape_handle *h, uint64_t lo,
+       uint64_t hi, uint64_t upto)
 {
+  struct writeback *wb = &h->exp->wb;
   struct wb_block *b;
+  int err = 0, e;
 
+  if (!reshape_cfg.writeback ||
+      __atomic_load_n (&staged_bytes, __ATOMIC_RELAXED) == 0)
+    return 0;
   pthread_mutex_lock (&wb->lock);
  again:
   for (b = wb->blocks; b; b = b->next) {
-    if (!visible (b, h) || end_byte (b) <= lo || hi <= first_byte (b))
+    if (!visible (b, h) || b->seq >= upto ||
+        end_byte (b) <= lo || hi <= first_byte (b))
       continue;
     if (b->busy)
       pthread_cond_wait (&wb->changed, &wb->lock);
     else {
       b->busy = true;
       pthread_mutex_unlock (&wb->lock);
-      if (write_back (next, h, wb, b) == -1 && drain_error == 0)
-        drain_error = __atomic_load_n (&sticky_error, __ATOMIC_RELAXED);
+      e = write_back (next, h, wb, b);
+      if (e && !err)
+        err = e;
       pthread_mutex_lock (&wb->lock);
     }
     goto again;
   }
   pthread_mutex_unlock (&wb->lock);
+  return err;
 }
 
-/* Before anything else touches [lo, hi): stage nothing there.  Every
- * export, since export names may share storage.  Returns -1 with *err
- * if staged data there failed to reach the plugin: a read must then
- * fail rather than return what the plugin still has.
+/* Before anything else touches [lo, hi): stage nothing there.  Returns
+ * -1 with *err if staged data there failed to reach the plugin: a read
+ * must then fail rather than return what the plugin still has.
  */
 int
 reshape_writeback_drain (nbdkit_next *next, struct reshape_handle *h,
                          uint64_t lo, uint64_t hi, int *err)
 {
-  if (!reshape_cfg.writeback ||
-      __atomic_load_n (&staged_bytes, __ATOMIC_RELAXED) == 0)
-    return 0;
-  drain_error = 0;
-  reshape_export_for_each_writeback (next, h, lo, hi, drain_export);
-  if (drain_error) {
-    *err = drain_error;
+  int e = drain (next, h, lo, hi, UINT64_MAX);
+
+  if (e) {
+    *err = e;
     return -1;
   }
   return 0;
 }
 
+/* Everything staged before the flush, then: did anything this
+ * connection could have staged fail since its last flush?
+ */
 int
 reshape_writeback_flush (nbdkit_next *next, struct reshape_handle *h,
                          int *err)
 {
-  int ignored;
+  struct writeback *wb = &h->exp->wb;
+  uint64_t seen;
+  int own;
 
-  reshape_writeback_drain (next, h, 0, UINT64_MAX, &ignored);
-  *err = __atomic_exchange_n (&sticky_error, 0, __ATOMIC_RELAXED);
-  return *err ? -1 : 0;
+  drain (next, h, 0, UINT64_MAX,
+         __atomic_load_n (&next_seq, __ATOMIC_RELAXED));
+  own = __atomic_exchange_n (&h->wb_failed, 0, __ATOMIC_RELAXED);
+  seen = __atomic_load_n (&wb->failures, __ATOMIC_RELAXED);
+  if (own) {
+    *err = own;
+    return -1;
+  }
+  if (seen != h->wb_seen) {
+    h->wb_seen = seen;
+    *err = __atomic_load_n (&wb->last_error, __ATOMIC_RELAXED);
+    return -1;
+  }
+  return 0;
+}
+
+/* A new connection is not told of failures from before it. */
+void
+reshape_writeback_open (struct reshape_handle *h)
+{
+  h->wb_seen = __atomic_load_n (&h->exp->wb.failures, __ATOMIC_RELAXED);
+  h->wb_failed = 0;
 }
 
 /* Write back the oldest visible block to make room; false if none. */
@@ -253,7 +297,7 @@ evict_one (nbdkit_next *next, struct reshape_handle *h, struct writeback *wb)
  */
 static int
 stage (nbdkit_next *next, struct reshape_handle *h, const char *buf,
-       uint32_t count, uint64_t offset, int *err)
+       uint32_t count, uint64_t offset, bool *evicted, int *err)
 {
   struct writeback *wb = &h->exp->wb;
   const uint64_t boff = offset - offset % h->geo.size;
@@ -284,9 +328,13 @@ stage (nbdkit_next *next, struct reshape_handle *h, const char *buf,
 
     if (__atomic_load_n (&staged_bytes, __ATOMIC_RELAXED) + len >
         reshape_cfg.pool / 4) {
+      /* Staging is full: make room once, else write through. */
       pthread_mutex_unlock (&wb->lock);
-      return evict_one (next, h, wb)
-        ? stage (next, h, buf, count, offset, err) : 0;
+      if (*evicted || !evict_one (next, h, wb))
+        return 0;
+      *evicted = true;
+      pthread_mutex_lock (&wb->lock);
+      goto again;
     }
     mem = reshape_pool_try_get (len);
     b = mem ? malloc (sizeof *b) : NULL;
@@ -295,9 +343,11 @@ stage (nbdkit_next *next, struct reshape_handle *h, const char *buf,
       pthread_mutex_unlock (&wb->lock);
       return 0;
     }
-    *b = (struct wb_block) { .owner = owner_of (h), .off = boff, .len = len,
-                             .nr = 1, .r = { { lo, hi } }, .buf = mem,
-                             .next = wb->blocks };
+    *b = (struct wb_block) {
+      .owner = owner_of (h), .off = boff, .len = len,
+      .seq = __atomic_fetch_add (&next_seq, 1, __ATOMIC_RELAXED),
+      .nr = 1, .r = { { lo, hi } }, .buf = mem, .next = wb->blocks,
+    };
     wb->blocks = b;
     __atomic_add_fetch (&staged_bytes, len, __ATOMIC_RELAXED);
   }
@@ -307,13 +357,8 @@ stage (nbdkit_next *next, struct reshape_handle *h, const char *buf,
     /* complete: send it now */
     b->busy = true;
     pthread_mutex_unlock (&wb->lock);
-    if (write_back (next, h, wb, b) == -1) {
-      *err = __atomic_load_n (&sticky_error, __ATOMIC_RELAXED);
-      if (*err == 0)
-        *err = EIO;
-      return -1;
-    }
-    return 1;
+    *err = write_back (next, h, wb, b);
+    return *err ? -1 : 1;
   }
   pthread_mutex_unlock (&wb->lock);
   return 1;
@@ -335,7 +380,8 @@ reshape_writeback_pwrite (nbdkit_next *next, struct reshape_handle *h,
     uint64_t block_end = pos - pos % size + size;
     uint32_t n = (block_end < offset + count ? block_end : offset + count)
       - pos;
-    int r = stage (next, h, p + (pos - offset), n, pos, err);
+    bool evicted = false;
+    int r = stage (next, h, p + (pos - offset), n, pos, &evicted, err);
     if (r == -1)                /* this write's block failed: say so now */
       return -1;
     if (r == 0) {
@@ -359,11 +405,35 @@ reshape_writeback_pwrite (nbdkit_next *next, struct reshape_handle *h,
   return reshape_merge_pwrite (next, h, buf, count, offset, flags, err);
 }
 
-/* Connection closing: nothing it staged may be left behind. */
+/* Connection closing: nothing it staged may be left behind.  The
+ * write-back runs on a thread of its own, since nbdkit aborts sleeps
+ * (delay filter, some plugins) made by a closing connection's threads.
+ */
+struct closing {
+  nbdkit_next *next;
+  struct reshape_handle *h;
+};
+
+static void *
+drain_all (void *arg)
+{
+  struct closing *c = arg;
+
+  drain (c->next, c->h, 0, UINT64_MAX, UINT64_MAX);  /* errors: logged */
+  return NULL;
+}
+
 void
 reshape_writeback_finalize (nbdkit_next *next, struct reshape_handle *h)
 {
-  int ignored;                  /* logged; nobody is left to tell */
+  struct closing c = { .next = next, .h = h };
+  pthread_t t;
 
-  reshape_writeback_drain (next, h, 0, UINT64_MAX, &ignored);
+  if (!reshape_cfg.writeback ||
+      __atomic_load_n (&staged_bytes, __ATOMIC_RELAXED) == 0)
+    return;
+  if (pthread_create (&t, NULL, drain_all, &c) == 0)
+    pthread_join (t, NULL);
+  else
+    drain_all (&c);
 }
