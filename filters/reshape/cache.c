@@ -31,6 +31,19 @@ struct cache_entry {
 };
 
 static uint64_t cached_bytes;          /* all exports, atomic */
+static unsigned fills_active;          /* fills in progress, atomic */
+
+/* Could any cache hold, or be about to keep, data?  Lets writes skip
+ * the invalidation (and its registry lock) when readahead is idle.  A
+ * fill counts from before it reads the plugin, so one that could see
+ * data older than a write is always seen here by that write.
+ */
+bool
+cache_anything (void)
+{
+  return __atomic_load_n (&fills_active, __ATOMIC_SEQ_CST) > 0 ||
+    __atomic_load_n (&cached_bytes, __ATOMIC_SEQ_CST) > 0;
+}
 
 void
 cache_init (struct cache *c)
@@ -46,7 +59,7 @@ drop (struct cache_entry **pp)
   struct cache_entry *e = *pp;
 
   *pp = e->next;
-  __atomic_sub_fetch (&cached_bytes, e->len, __ATOMIC_RELAXED);
+  __atomic_sub_fetch (&cached_bytes, e->len, __ATOMIC_SEQ_CST);
   reshape_pool_put (e->buf, e->len);
   free (e);
 }
@@ -109,6 +122,7 @@ cache_fill_begin (struct cache *c, struct cache_fill *f,
   f->lo = lo;
   f->hi = hi;
   f->stale = false;
+  __atomic_add_fetch (&fills_active, 1, __ATOMIC_SEQ_CST);
   pthread_mutex_lock (&c->lock);
   f->next = c->fills;
   c->fills = f;
@@ -166,11 +180,12 @@ cache_fill_end (struct cache *c, struct cache_fill *f,
       *e = (struct cache_entry) { .off = f->lo, .len = len, .buf = buf,
                                   .next = c->entries };
       c->entries = e;
-      __atomic_add_fetch (&cached_bytes, len, __ATOMIC_RELAXED);
+      __atomic_add_fetch (&cached_bytes, len, __ATOMIC_SEQ_CST);
       kept = true;
     }
   }
   pthread_mutex_unlock (&c->lock);
+  __atomic_sub_fetch (&fills_active, 1, __ATOMIC_SEQ_CST);
   return kept;
 }
 

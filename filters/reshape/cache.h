@@ -52,6 +52,9 @@ extern bool cache_fill_end (struct cache *c, struct cache_fill *f,
  */
 extern void cache_invalidate (struct cache *c, uint64_t lo, uint64_t hi);
 
+/* Could any cache of any export hold data? */
+extern bool cache_anything (void);
+
 /* Give memory back to the pool; returns bytes freed. */
 extern uint64_t cache_shrink (struct cache *c);
 

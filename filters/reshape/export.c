@@ -106,6 +106,8 @@ reshape_export_invalidate (uint64_t lo, uint64_t hi)
 {
   struct reshape_export *exp;
 
+  if (!cache_anything ())       /* the common case without readahead */
+    return;
   pthread_mutex_lock (&registry_lock);
   for (exp = exports; exp != NULL; exp = exp->next)
     cache_invalidate (&exp->cache, lo, hi);
