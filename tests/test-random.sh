@@ -69,7 +69,7 @@ run "readahead, 4K minimum" 2097152 "--seq 0.5" \
 run "readahead, no minimum" 2097152 "--seq 0.7" "" "reshape-size=64K"
 # Merging: concurrent small requests from all connections held in
 # groups and sent as one; each must get its own data back.
-run "merge" 2097152 "--seq 0.8 --seqwrite" "--filter=delay" \
+run "merge" 2097152 "--seq 0.9 --seqwrite --maxlen 16384 --depth 16" "--filter=delay" \
   "delay-read=1ms delay-write=1ms reshape-merge=true reshape-size=64K"
 # Write-back: staged small writes must be seen by every later read,
 # zero and trim from any connection, and reach the file at the end.

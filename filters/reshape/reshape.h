@@ -83,7 +83,6 @@ struct merge {
   pthread_mutex_t lock;
   pthread_cond_t changed;
   struct group *groups;     /* filling or at the plugin */
-  unsigned inflight;        /* groups at the plugin */
 };
 extern void reshape_merge_init (struct merge *m);
 extern void reshape_merge_destroy (struct merge *m);
