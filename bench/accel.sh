@@ -4,12 +4,16 @@
 # hyperfine run; plugin calls counted by the model backend
 # (bench/model-plugin.c).  Results: bench/results/*.json, then
 # bench/report.py writes bench/results/README.md and accel.svg.
-# usage: bench/accel.sh [RUNS], from a built tree (make check builds
-# the model plugin).
+# usage: bench/accel.sh [RUNS [SECTION...]], from a built tree (make
+# check builds the model plugin); SECTIONs: naive deep serial big
+# convert optimal sweep (default: all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/bin:/bin:$PATH"
 runs=${1:-3}
+shift || :
+sections=${*:-naive deep serial big convert optimal sweep}
+want () { case " $sections " in *" $1 "*) return 0 ;; esac; return 1; }
 F="$PWD/filters/reshape/.libs/nbdkit-reshape-filter.so"
 M="$PWD/bench/.libs/nbdkit-model-plugin.so"
 out="$PWD/bench/results"
@@ -36,6 +40,7 @@ bench ()
     "${args[@]}" 2>/dev/null | grep -E '^ +[0-9.]+ ± |times faster|^Summary|ran$' || :
 }
 
+if want naive; then
 echo "== naive sequential 4K reader (depth 1), 1 ms + 400 MB/s per request"
 naive='qemu-img bench -f raw -c 8192 -d 1 -s 4096 -S 4096 $uri'
 bench naive "$naive" \
@@ -43,29 +48,39 @@ bench naive "$naive" \
   "readahead+cache"    "--filter=readahead --filter=cache $M size=64M $slow" \
   "reshape"            "--filter=$F $M size=64M $slow" \
   "zero-latency"       "$M size=64M"
+fi
 
+if want deep; then
 echo "== 64-deep 4K writes, 1 ms + 400 MB/s"
 deep='qemu-img bench -w -f raw -c 8192 -d 64 -s 4096 -S 4096 $uri'
 bench deep "$deep" \
   "no-filter"          "$M size=64M $slow" \
   "cache=writeback"    "--filter=cache $M size=64M $slow cache=writeback" \
   "reshape"            "--filter=$F $M size=64M $slow" \
-  "reshape+merge"      "--filter=$F $M size=64M $slow reshape-merge=true"
+  "reshape+merge"      "--filter=$F $M size=64M $slow reshape-merge=true" \
+  "reshape-writeback"  "--filter=$F $M size=64M $slow reshape-writeback=true"
+fi
 
+if want serial; then
 echo "== serialized plugin, 4K writes 64 deep, 1 ms + 400 MB/s"
 serial='qemu-img bench -w -f raw -c 4096 -d 64 -s 4096 -S 4096 $uri'
 bench serial "$serial" \
   "no-filter"          "$M size=64M $slow serialize=true" \
   "cache=writeback"    "--filter=cache $M size=64M $slow serialize=true cache=writeback" \
   "reshape-writeback"  "--filter=$F $M size=64M $slow serialize=true reshape-writeback=true"
+fi
 
+if want big; then
 echo "== 32M reads, 1 ms + 200 MB/s per request"
 big='qemu-img bench -f raw -c 16 -d 1 -s 32M -S 32M $uri'
 bench big "$big" \
   "no-filter"          "$M size=512M latency=1ms bandwidth=200M" \
   "blocksize"          "--filter=blocksize $M size=512M latency=1ms bandwidth=200M maxdata=256K" \
-  "reshape"            "--filter=$F $M size=512M latency=1ms bandwidth=200M"
+  "reshape"            "--filter=$F $M size=512M latency=1ms bandwidth=200M" \
+  "zero-latency"       "$M size=512M"
+fi
 
+if want convert; then
 echo "== qemu-img convert from an export, 1 ms + 400 MB/s"
 conv='qemu-img convert -f raw -O raw $uri '"$out"'/convert.img'
 bench convert-from "$conv" \
@@ -81,13 +96,17 @@ bench convert-to "$conv" \
   "cache=writeback"    "--filter=cache $M size=256M $slow cache=writeback" \
   "reshape"            "--filter=$F $M size=256M $slow"
 rm -f "$out/src.img" "$out/convert.img"
+fi
 
+if want optimal; then
 echo "== already-optimal requests: nbdcopy 256K, pattern 4G, no latency"
 opt='nbdcopy --request-size=262144 $uri null:'
 bench optimal "$opt" \
   "no-filter"          "pattern 4G" \
   "reshape"            "--filter=$F pattern 4G"
+fi
 
+if want sweep; then
 echo "== the seeds' sweep: nbdcopy --request-size=2^N over sparse-random 4G"
 for f in "" "--filter=$F"; do
   tag=$([ -z "$f" ] && echo no-filter || echo reshape)
@@ -99,5 +118,6 @@ for f in "" "--filter=$F"; do
     >/dev/null
   echo "  $tag done"
 done
+fi
 
 /usr/bin/python3 "$PWD/bench/report.py" "$out"
