@@ -24,6 +24,9 @@ cleanup ()
 {
   local status=$?
   for h in $cleanup_hooks; do $h || :; done
+  if [ -n "${RESHAPE_CHECK:-}" ] && ! check_reports; then
+    status=1
+  fi
   rm -rf "$tmp"
   exit $status
 }
@@ -31,6 +34,61 @@ trap cleanup EXIT INT TERM
 on_exit () { cleanup_hooks="$cleanup_hooks $1"; }
 
 fail () { echo "$0: FAIL: $*" >&2; exit 1; }
+
+# RESHAPE_CHECK (set by make): run every nbdkit of the tests under a
+# checker.  The --run command gets a clean environment, so only nbdkit
+# is checked.  Reports go to $tmp and any error fails the test at exit.
+#   sanitizers  the ASan runtime preloaded (--enable-sanitizers builds)
+#   memcheck, helgrind, drd   valgrind tools (make check-valgrind,
+#               check-helgrind, check-drd)
+checked_nbdkit ()
+{
+  local args=()
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --run) args+=(--run "unset LD_PRELOAD; $2"); shift 2 ;;
+      *) args+=("$1"); shift ;;
+    esac
+  done
+  case $RESHAPE_CHECK in
+    sanitizers)
+      LD_PRELOAD="$RESHAPE_ASAN_RUNTIME" \
+      ASAN_OPTIONS="detect_leaks=0:log_path=$tmp/asan" \
+      UBSAN_OPTIONS="print_stacktrace=1:log_path=$tmp/ubsan" \
+        command nbdkit "${args[@]}" ;;
+    memcheck|helgrind|drd)
+      command valgrind --tool="$RESHAPE_CHECK" \
+        --log-file="$tmp/valgrind.%p" \
+        --suppressions="$srcdir/valgrind.supp" \
+        $( [ "$RESHAPE_CHECK" = memcheck ] &&
+           echo --leak-check=full --errors-for-leak-kinds=definite ) \
+        nbdkit "${args[@]}" ;;
+  esac
+}
+check_reports ()
+{
+  local f bad=0
+  for f in "$tmp"/asan.* "$tmp"/ubsan.* "$tmp"/valgrind.*; do
+    test -s "$f" || continue
+    if grep -qE 'ERROR: AddressSanitizer|runtime error|ERROR SUMMARY: [1-9]' "$f"
+    then
+      echo "$0: $RESHAPE_CHECK report $f:" >&2
+      cat "$f" >&2
+      bad=1
+    fi
+  done
+  return $bad
+}
+if [ -n "${RESHAPE_CHECK:-}" ]; then
+  nbdkit () { checked_nbdkit "$@"; }
+  # Also for "bash -c 'nbdkit ...'" started by timed and by clients.
+  export -f nbdkit checked_nbdkit
+  export tmp RESHAPE_CHECK RESHAPE_ASAN_RUNTIME srcdir
+  echo "nbdkit runs under: $RESHAPE_CHECK"
+fi
+
+# timed SECONDS COMMAND...: timeout(1) that sees the nbdkit above.
+timed () { local t=$1; shift; timeout "$t" bash -c '"$@"' timed "$@"; }
 
 # Run nbdkit with the in-tree filter first in the stack.
 nbdkit_reshape () { nbdkit --filter="$FILTER" "$@"; }

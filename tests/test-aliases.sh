@@ -6,7 +6,7 @@
 source "$srcdir/functions.sh"
 requires /usr/bin/python3 -c 'import nbd'
 
-timeout 120 nbdkit -U - --filter="$FILTER" --filter=delay memory 4M \
+timed 120 nbdkit -U - --filter="$FILTER" --filter=delay memory 4M \
   delay-write=200ms reshape-min=4096 \
   --run '/usr/bin/python3 -c "
 import nbd, sys

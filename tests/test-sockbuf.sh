@@ -36,7 +36,7 @@ test "$(stat_of "$tmp/stats-U" "socket send buffer obtained")" -ge 1048576 ||
 
 # -s: the socket that is stdin and stdout.
 nbdsh -c '
-h.connect_command(["nbdkit", "-s", "--filter='"$FILTER"'", "memory", "1M",
+h.connect_command(["bash", "-c", "nbdkit \"$@\"", "nbdkit", "-s", "--filter='"$FILTER"'", "memory", "1M",
                    "reshape-sndbuf=1M", "reshape-stats='"$tmp/stats-s"'"])
 h.pwrite(b"x" * 100, 0)
 assert h.pread(100, 0) == b"x" * 100
