@@ -31,7 +31,7 @@ static int64_t size = -1;
 static uint64_t latency_ns;
 static uint64_t bandwidth;          /* bytes per second, 0 = unlimited */
 static bool serialize;
-static const char *calls_file;
+static char *calls_file;
 static char *disk;
 static pthread_mutex_t disk_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t calls, reads, writes, bytes;
@@ -117,6 +117,7 @@ model_unload (void)
       fclose (fp);
     }
   }
+  free (calls_file);
   free (disk);
 }
 

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# SIGTERM and client disconnects in the middle of heavy load, with
+# write-back on: every write acknowledged to the client (staged or
+# not) is in the backing file once nbdkit has exited.  No layer that
+# sleeps sits beneath: nbdkit aborts sleeps at shutdown, and the man
+# page says so under reshape-writeback.
+source "$srcdir/functions.sh"
+requires /usr/bin/python3 -c 'import nbd'
+
+seed=${RESHAPE_SEEDS:-$RANDOM}; seed=${seed%% *}
+echo "seed: $seed"
+params="reshape-writeback=true reshape-size=64K"
+
+# case NAME VICTIM: load, then after a second kill the client (-9)
+# or nbdkit (TERM); then stop nbdkit and check the file.
+run ()
+{
+  local name=$1 victim=$2 client
+  echo "== $name"
+  rm -f "$tmp/disk" "$tmp/log" "$tmp/sock" "$tmp/pid"
+  truncate -s 1G "$tmp/disk"; : > "$tmp/log"
+  nbdkit -U "$tmp/sock" -P "$tmp/pid" -f --filter="$FILTER" \
+    file "$tmp/disk" $params &
+  local i; for i in $(seq 1 100); do test -S "$tmp/sock" && break; sleep 0.1; done
+  local pid; pid=$(cat "$tmp/pid")
+  "$srcdir/interrupt-client.py" "$seed" "nbd+unix:///?socket=$tmp/sock" \
+    "$tmp/log" & client=$!
+  sleep 1
+  case $victim in
+    client) kill -9 $client || :; sleep 0.5; kill "$pid" ;;
+    nbdkit) kill "$pid" ;;
+  esac
+  wait $client 2>/dev/null || :
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  test "$(wc -l < "$tmp/log")" -gt 50 ||
+    fail "$name: too little load ($(wc -l < "$tmp/log") writes acknowledged)"
+  "$srcdir/check-acked.py" "$tmp/disk" "$tmp/log" || fail "$name: seed $seed"
+}
+
+run "client killed under load" client
+run "SIGTERM to nbdkit under load" nbdkit
