@@ -48,3 +48,56 @@ cmp "$tmp/disk" "$tmp/model" || fail "seed $seed: backing file differs"
 merges=$(awk '/^requests merged/ {print $NF}' "$tmp/stats")
 echo "requests merged: $merges"
 test "$merges" -gt 512 || fail "seed $seed: only $merges requests merged"
+
+# Regressions (review): a merged group must not carry one member's
+# trouble to another.  Connection X keeps two writes at a slow plugin,
+# so that its third waits as a group leader; Y's adjacent write joins.
+cat > "$tmp/isolation.py" <<'PY'
+import nbd, os, signal, sys, time
+case, uri, disk = sys.argv[1], sys.argv[2], sys.argv[3]
+K, M = 4096, 1 << 20
+def leader(X, a, b, c):            # a, b at the plugin, c waits
+    for off in (a, b, c):
+        X.aio_pwrite(b"\1" * K, off); time.sleep(0.05)
+if case == "grow":                      # X and Y see other sizes
+    X = nbd.NBD(); X.connect_uri(uri)
+    os.truncate(disk, 2 * M)
+    Y = nbd.NBD(); Y.connect_uri(uri)
+    leader(X, M - 4 * K, M - 8 * K, M - K)   # X's leader ends at X's end
+    Y.pwrite(b"\2" * K, M)              # beyond X's size
+    while X.aio_in_flight(): X.poll(-1)
+elif case == "poison":                  # X's range is refused
+    X = nbd.NBD(); X.connect_uri(uri)
+    Y = nbd.NBD(); Y.connect_uri(uri)
+    leader(X, 0, 10 * K, 2 * K)
+    Y.pwrite(b"\2" * K, 3 * K)          # must not inherit X's EPERM
+    while X.aio_in_flight():
+        try: X.poll(-1)
+        except nbd.Error: pass
+elif case == "kill":                    # X's client dies
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        X = nbd.NBD(); X.connect_uri(uri)
+        leader(X, 0, 10 * K, 2 * K); os.write(w, b"x"); time.sleep(100)
+    os.read(r, 1)
+    Y = nbd.NBD(); Y.connect_uri(uri)
+    c = Y.aio_pwrite(b"\2" * K, 3 * K)
+    time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL); os.waitpid(pid, 0)
+    while Y.aio_in_flight(): Y.poll(-1)
+    Y.aio_command_completed(c)          # raises if it failed
+print(case, "ok")
+PY
+slow="delay-write=500ms reshape-merge=true reshape-size=64K"
+truncate -s 1M "$tmp/grow"
+nbdkit -U - --filter="$FILTER" --filter=delay file "$tmp/grow" $slow \
+  --run "/usr/bin/python3 $tmp/isolation.py grow \$uri $tmp/grow" ||
+  fail "a write joined a group of a connection with another export size"
+nbdkit -U - --filter="$FILTER" --filter=delay --filter=protect memory 1M \
+  protect=8192-12287 $slow \
+  --run "/usr/bin/python3 $tmp/isolation.py poison \$uri -" ||
+  fail "a member inherited another member's error"
+nbdkit -U - --filter="$FILTER" --filter=delay memory 1M $slow \
+  --run "/usr/bin/python3 $tmp/isolation.py kill \$uri -" ||
+  fail "a member failed because the leader's connection closed"

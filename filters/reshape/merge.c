@@ -10,11 +10,18 @@
  *   - a request with no neighbour at the plugin (a lone synchronous
  *     client, random requests) goes at once, from its own buffer;
  *   - otherwise the group goes once it holds as many requests as its
- *     neighbours at the plugin hold, or when they are all back.
+ *     neighbours at the plugin held when it was formed, or when those
+ *     are all back.
  *
  * So a client keeping N adjacent requests in flight settles into two
  * groups of N/2 that overlap at the plugin.  A waiting request waits
  * at most one plugin round trip of its neighbours.
+ *
+ * Groups join only requests of connections that see the same export
+ * size and request size.  When a group of several fails, each member
+ * sends its own range again from its own connection, so that one
+ * member's bad range, or the close of the leader's connection, never
+ * fails another member.
  *
  * A merged write is acknowledged to each client only after the plugin
  * request holding it succeeded; a group carries FUA when any member
@@ -53,6 +60,9 @@ struct group {
   bool launched;
   bool done;
   void *conn;                   /* NULL: any connection may join */
+  const struct geometry *geo;   /* the leader's: joiners must match */
+  uint64_t born;                /* launches when it was formed */
+  uint64_t seq;                 /* its launch number, once launched */
   uint32_t flags;
   uint64_t lo, hi;              /* union of the members: contiguous */
   struct member *leader;        /* the member that sends the group */
@@ -69,15 +79,24 @@ touches (uint64_t lo, uint64_t hi, uint64_t offset, uint64_t end)
   return offset <= hi && lo <= end;
 }
 
-/* Could [offset, end) share filling group g? */
 static bool
-fits (const struct group *g, bool write, void *conn, uint64_t offset,
-      uint64_t end, uint32_t size)
+same_geometry (const struct geometry *a, const struct geometry *b)
 {
+  return a->exportsize == b->exportsize && a->size == b->size;
+}
+
+/* Could [offset, end) of a connection with geometry geo share filling
+ * group g?
+ */
+static bool
+fits (const struct group *g, bool write, void *conn,
+      const struct geometry *geo, uint64_t offset, uint64_t end)
+{
+  const uint32_t size = geo->size;
   uint64_t lo, hi;
 
   if (g->launched || g->write != write || g->conn != conn ||
-      !touches (g->lo, g->hi, offset, end))
+      !same_geometry (g->geo, geo) || !touches (g->lo, g->hi, offset, end))
     return false;
   lo = g->lo < offset ? g->lo : offset;
   hi = g->hi > end ? g->hi : end;
@@ -86,12 +105,13 @@ fits (const struct group *g, bool write, void *conn, uint64_t offset,
 
 static struct group *
 find_group (struct merge *m, const struct group *self, bool write,
-            void *conn, uint64_t offset, uint64_t end, uint32_t size)
+            void *conn, const struct geometry *geo, uint64_t offset,
+            uint64_t end)
 {
   struct group *g;
 
   for (g = m->groups; g; g = g->next)
-    if (g != self && fits (g, write, conn, offset, end, size))
+    if (g != self && fits (g, write, conn, geo, offset, end))
       return g;
   return NULL;
 }
@@ -111,8 +131,8 @@ join (struct group *g, struct member *mb, uint32_t flags)
 }
 
 static struct group *
-new_group (struct merge *m, bool write, void *conn, struct member *mb,
-           uint32_t flags)
+new_group (struct merge *m, bool write, void *conn,
+           const struct geometry *geo, struct member *mb, uint32_t flags)
 {
   struct group *g = calloc (1, sizeof *g);
 
@@ -120,6 +140,8 @@ new_group (struct merge *m, bool write, void *conn, struct member *mb,
     return NULL;
   g->write = write;
   g->conn = conn;
+  g->geo = geo;
+  g->born = m->launches;
   g->lo = g->hi = mb->offset;
   g->leader = mb;
   g->last = &g->members;
@@ -145,15 +167,17 @@ unlink_group (struct merge *m, struct group *g)
  * are all in flight at once, so their order does not matter.
  */
 static void
-absorb_neighbours (struct merge *m, struct group *g, uint32_t size)
+absorb_neighbours (struct merge *m, struct group *g)
 {
   struct group *o;
 
-  while ((o = find_group (m, g, g->write, g->conn, g->lo, g->hi, size))
+  while ((o = find_group (m, g, g->write, g->conn, g->geo, g->lo, g->hi))
          != NULL) {
     struct member *mb, *next;
 
     unlink_group (m, o);
+    if (o->born < g->born)      /* the older waiter's bound holds */
+      g->born = o->born;
     for (mb = o->members; mb; mb = next) {
       next = mb->next;
       join (g, mb, o->flags);
@@ -162,28 +186,32 @@ absorb_neighbours (struct merge *m, struct group *g, uint32_t size)
   }
 }
 
-/* Requests that this group's stream has at the plugin: groups of its
- * kind and connection within reshape-size of it.
+/* Requests that this group's stream had at the plugin when the group
+ * was formed and still has: groups of its kind and connection within
+ * reshape-size of it.  Groups launched later do not count, so steady
+ * traffic nearby cannot hold a group back for more than one round
+ * trip.
  */
 static unsigned
-busy_neighbours (struct merge *m, const struct group *self, uint32_t size)
+busy_neighbours (struct merge *m, const struct group *self)
 {
+  const uint32_t size = self->geo->size;
   const uint64_t lo = self->lo > size ? self->lo - size : 0;
   const uint64_t hi = self->hi + size;
   unsigned busy = 0;
   struct group *g;
 
   for (g = m->groups; g; g = g->next)
-    if (g->launched && g->write == self->write && g->conn == self->conn &&
-        touches (g->lo, g->hi, lo, hi))
+    if (g->launched && g->seq <= self->born && g->write == self->write &&
+        g->conn == self->conn && touches (g->lo, g->hi, lo, hi))
       busy += g->n;
   return busy;
 }
 
 static bool
-may_launch (struct merge *m, const struct group *g, uint32_t size)
+may_launch (struct merge *m, const struct group *g)
 {
-  return g->hi - g->lo >= size || g->n >= busy_neighbours (m, g, size);
+  return g->hi - g->lo >= g->geo->size || g->n >= busy_neighbours (m, g);
 }
 
 /* Send one group to the plugin as one request (outside the lock). */
@@ -232,6 +260,7 @@ launch (nbdkit_next *next, struct reshape_handle *h, struct merge *m,
   int r, e = 0;
 
   g->launched = true;
+  g->seq = ++m->launches;
   pthread_mutex_unlock (&m->lock);
   r = send_group (next, h, g, &e);
   pthread_mutex_lock (&m->lock);
@@ -247,21 +276,21 @@ merged (nbdkit_next *next, struct reshape_handle *h, bool write,
 {
   struct merge *m = &h->exp->merge;
   void *conn = h->multi_conn ? NULL : h;
-  const uint32_t size = h->geo.size;
   struct group *g;
-  int r;
+  bool again;
+  int e;
 
   pthread_mutex_lock (&m->lock);
-  g = find_group (m, NULL, write, conn, mb->offset, mb->offset + mb->count,
-                  size);
+  g = find_group (m, NULL, write, conn, &h->geo, mb->offset,
+                  mb->offset + mb->count);
   if (g)
     join (g, mb, flags);
-  else if ((g = new_group (m, write, conn, mb, flags)) == NULL) {
+  else if ((g = new_group (m, write, conn, &h->geo, mb, flags)) == NULL) {
     pthread_mutex_unlock (&m->lock);
     *err = ENOMEM;
     return -1;
   }
-  absorb_neighbours (m, g, size);
+  absorb_neighbours (m, g);
   pthread_cond_broadcast (&m->changed);    /* leaders recount */
 
   /* Every member waits for its group; the leader of a filling group
@@ -272,18 +301,27 @@ merged (nbdkit_next *next, struct reshape_handle *h, bool write,
     g = mb->group;
     if (g->done)
       break;
-    if (g->leader == mb && !g->launched && may_launch (m, g, size))
+    if (g->leader == mb && !g->launched && may_launch (m, g))
       launch (next, h, m, g);
     else
       pthread_cond_wait (&m->changed, &m->lock);
   }
-  r = g->err ? -1 : 0;
-  if (g->err)
-    *err = g->err;
+  e = g->err;
+  again = e && g->n > 1;
   if (--g->refs == 0)
     free (g);
   pthread_mutex_unlock (&m->lock);
-  return r;
+
+  if (again)                    /* alone, from its own connection */
+    return write
+      ? reshape_split_pwrite (next, h, mb->wbuf, mb->count, mb->offset,
+                              flags, err)
+      : reshape_split_pread (next, h, mb->rbuf, mb->count, mb->offset, err);
+  if (e) {
+    *err = e;
+    return -1;
+  }
+  return 0;
 }
 
 void

@@ -83,6 +83,7 @@ struct merge {
   pthread_mutex_t lock;
   pthread_cond_t changed;
   struct group *groups;     /* filling or at the plugin */
+  uint64_t launches;        /* groups sent so far */
 };
 extern void reshape_merge_init (struct merge *m);
 extern void reshape_merge_destroy (struct merge *m);
