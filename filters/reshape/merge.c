@@ -51,6 +51,7 @@ struct member {
   uint32_t count;
   char *rbuf;                   /* pread */
   const char *wbuf;             /* pwrite */
+  uint32_t flags;               /* pwrite: the client's flags */
   struct group *group;          /* changes when its group is absorbed */
   struct member *next;
 };
@@ -117,11 +118,11 @@ find_group (struct merge *m, const struct group *self, bool write,
 }
 
 static void
-join (struct group *g, struct member *mb, uint32_t flags)
+join (struct group *g, struct member *mb)
 {
   if (mb->offset < g->lo) g->lo = mb->offset;
   if (mb->offset + mb->count > g->hi) g->hi = mb->offset + mb->count;
-  g->flags |= flags & NBDKIT_FLAG_FUA;
+  g->flags |= mb->flags & NBDKIT_FLAG_FUA;
   mb->group = g;
   mb->next = NULL;
   *g->last = mb;
@@ -132,7 +133,7 @@ join (struct group *g, struct member *mb, uint32_t flags)
 
 static struct group *
 new_group (struct merge *m, bool write, void *conn,
-           const struct geometry *geo, struct member *mb, uint32_t flags)
+           const struct geometry *geo, struct member *mb)
 {
   struct group *g = calloc (1, sizeof *g);
 
@@ -145,7 +146,7 @@ new_group (struct merge *m, bool write, void *conn,
   g->lo = g->hi = mb->offset;
   g->leader = mb;
   g->last = &g->members;
-  join (g, mb, flags);
+  join (g, mb);
   g->next = m->groups;
   m->groups = g;
   return g;
@@ -180,7 +181,7 @@ absorb_neighbours (struct merge *m, struct group *g)
       g->born = o->born;
     for (mb = o->members; mb; mb = next) {
       next = mb->next;
-      join (g, mb, o->flags);
+      join (g, mb);
     }
     free (o);
   }
@@ -214,6 +215,17 @@ may_launch (struct merge *m, const struct group *g)
   return g->hi - g->lo >= g->geo->size || g->n >= busy_neighbours (m, g);
 }
 
+/* One member on its own, from its own buffer and connection. */
+static int
+send_alone (nbdkit_next *next, struct reshape_handle *h, bool write,
+            const struct member *mb, int *err)
+{
+  return write
+    ? reshape_split_pwrite (next, h, mb->wbuf, mb->count, mb->offset,
+                            mb->flags, err)
+    : reshape_split_pread (next, h, mb->rbuf, mb->count, mb->offset, err);
+}
+
 /* Send one group to the plugin as one request (outside the lock). */
 static int
 send_group (nbdkit_next *next, struct reshape_handle *h, struct group *g,
@@ -224,13 +236,8 @@ send_group (nbdkit_next *next, struct reshape_handle *h, struct group *g,
   char *buf;
   int r;
 
-  if (g->n == 1) {                      /* alone: no copy */
-    mb = g->members;
-    return g->write
-      ? reshape_split_pwrite (next, h, mb->wbuf, mb->count, mb->offset,
-                              g->flags, err)
-      : reshape_split_pread (next, h, mb->rbuf, mb->count, mb->offset, err);
-  }
+  if (g->n == 1)                        /* alone: no copy */
+    return send_alone (next, h, g->write, g->members, err);
   reshape_stats_add (C_MERGES, g->n);
   buf = reshape_pool_get (len);
   if (buf == NULL) {
@@ -272,7 +279,7 @@ launch (nbdkit_next *next, struct reshape_handle *h, struct merge *m,
 
 static int
 merged (nbdkit_next *next, struct reshape_handle *h, bool write,
-        struct member *mb, uint32_t flags, int *err)
+        struct member *mb, int *err)
 {
   struct merge *m = &h->exp->merge;
   void *conn = h->multi_conn ? NULL : h;
@@ -284,8 +291,8 @@ merged (nbdkit_next *next, struct reshape_handle *h, bool write,
   g = find_group (m, NULL, write, conn, &h->geo, mb->offset,
                   mb->offset + mb->count);
   if (g)
-    join (g, mb, flags);
-  else if ((g = new_group (m, write, conn, &h->geo, mb, flags)) == NULL) {
+    join (g, mb);
+  else if ((g = new_group (m, write, conn, &h->geo, mb)) == NULL) {
     pthread_mutex_unlock (&m->lock);
     *err = ENOMEM;
     return -1;
@@ -312,11 +319,8 @@ merged (nbdkit_next *next, struct reshape_handle *h, bool write,
     free (g);
   pthread_mutex_unlock (&m->lock);
 
-  if (again)                    /* alone, from its own connection */
-    return write
-      ? reshape_split_pwrite (next, h, mb->wbuf, mb->count, mb->offset,
-                              flags, err)
-      : reshape_split_pread (next, h, mb->rbuf, mb->count, mb->offset, err);
+  if (again)
+    return send_alone (next, h, write, mb, err);
   if (e) {
     *err = e;
     return -1;
@@ -358,7 +362,7 @@ reshape_merge_pread (nbdkit_next *next, struct reshape_handle *h,
 
   if (!mergeable (h, count))
     return reshape_split_pread (next, h, buf, count, offset, err);
-  return merged (next, h, false, &mb, 0, err);
+  return merged (next, h, false, &mb, err);
 }
 
 int
@@ -366,9 +370,10 @@ reshape_merge_pwrite (nbdkit_next *next, struct reshape_handle *h,
                       const void *buf, uint32_t count, uint64_t offset,
                       uint32_t flags, int *err)
 {
-  struct member mb = { .offset = offset, .count = count, .wbuf = buf };
+  struct member mb = { .offset = offset, .count = count, .wbuf = buf,
+                       .flags = flags };
 
   if (!mergeable (h, count))
     return reshape_split_pwrite (next, h, buf, count, offset, flags, err);
-  return merged (next, h, true, &mb, flags, err);
+  return merged (next, h, true, &mb, err);
 }
