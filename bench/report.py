@@ -12,7 +12,8 @@ TITLES = {
     "naive": "naive sequential 4K reader, depth 1, 1 ms + 400 MB/s",
     "deep": "64-deep 4K writes (32M), 1 ms + 400 MB/s",
     "serial": "serializing plugin, 64-deep 4K writes (16M), 1 ms + 400 MB/s",
-    "big": "32M reads, depth 1, 1 ms + 200 MB/s per request",
+    "big": "32M reads, depth 1, 1 ms + 200 MB/s per request "
+           "(nbdkit -t 1 unless noted)",
     "convert-from": "qemu-img convert from an export (256M), 1 ms + 400 MB/s",
     "convert-to": "qemu-img convert to an export (256M), 1 ms + 400 MB/s",
     "optimal": "already-optimal: nbdcopy 256K requests, pattern 4G",
@@ -43,16 +44,19 @@ for name in TITLES:
     if not os.path.exists(os.path.join(d, name + ".json")):
         continue
     res = load(name)
-    base = next(r["mean"] for r in res if r["command"] == "no-filter")
+    means = {r["command"]: r["mean"] for r in res}
     md += ["## " + TITLES[name], "",
            "| setup | time (s) | vs no filter | plugin calls |",
            "|---|---:|---:|---:|"]
     for r in res:
+        # "LABEL,VARIANT" rows compare with "no-filter,VARIANT".
+        variant = r["command"].partition(",")[2]
+        base = means["no-filter," + variant if variant else "no-filter"]
         ratio = base / r["mean"]
         md.append("| %s | %.3f ± %.3f | %.2fx | %s |" % (
             r["command"], r["mean"], r["stddev"] or 0, ratio,
             calls(name, r["command"])))
-        if r["command"] != "no-filter":
+        if not r["command"].startswith("no-filter"):
             bars.append((name, r["command"], ratio))
     md.append("")
 
