@@ -2,11 +2,13 @@
 # The readahead cache is shared by the connections of one export and
 # kept coherent: a write, zero or trim on connection B is seen by a
 # read on connection A that had the range read ahead.  Two exports
-# through one filter never see each other's data.
+# through one filter never see each other's data.  A delay below makes
+# the plugin slow enough to be read ahead for.
 source "$srcdir/functions.sh"
 requires /usr/bin/python3 -c 'import nbd'
 
-nbdkit -U - --filter="$FILTER" memory 16M reshape-stats="$tmp/stats" \
+nbdkit -U - --filter="$FILTER" --filter=delay memory 16M delay-read=1ms \
+  reshape-stats="$tmp/stats" \
   --run '/usr/bin/python3 -c "
 import nbd, sys
 a = nbd.NBD(); a.connect_uri(sys.argv[1])
@@ -37,7 +39,8 @@ mkdir "$tmp/dir"
 import sys
 open(sys.argv[1] + "/a", "wb").write(b"a" * (4 << 20))
 open(sys.argv[1] + "/b", "wb").write(b"b" * (4 << 20))' "$tmp/dir"
-nbdkit -U - --filter="$FILTER" file dir="$tmp/dir" \
+nbdkit -U - --filter="$FILTER" --filter=delay file dir="$tmp/dir" \
+  delay-read=1ms \
   reshape-stats="$tmp/stats2" --run '/usr/bin/python3 -c "
 import nbd, sys
 def conn(name):

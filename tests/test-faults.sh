@@ -41,11 +41,12 @@ run ()
 # A flush succeeds only when every deferred write before it did: with
 # read-modify-write under write-back, several plugin requests stand
 # behind each staged range, so lower rates keep batches finishing.
-run "write-back and readahead" "1% 5% 10%" "" \
-  "reshape-writeback=true reshape-size=64K reshape-readahead=1M"
+# (The delay makes the plugin slow enough to be read ahead for.)
+run "write-back and readahead" "1% 5% 10%" "--filter=delay" \
+  "delay-read=1ms reshape-writeback=true reshape-size=64K reshape-readahead=1M"
 run "write-back, readahead, 4K-minimum plugin" "1% 2%" \
-  "--filter=blocksize-policy" \
-  "$policy reshape-writeback=true reshape-size=64K reshape-readahead=1M"
+  "--filter=delay --filter=blocksize-policy" \
+  "delay-read=1ms $policy reshape-writeback=true reshape-size=64K reshape-readahead=1M"
 run "defaults with merging, 4K-minimum plugin" "1% 5% 10%" \
   "--filter=blocksize-policy" \
   "$policy reshape-merge=true reshape-size=64K"

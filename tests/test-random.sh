@@ -39,8 +39,8 @@ run ()
         test "$staged" -gt 0 || fail "$name: seed $seed: nothing staged"
         echo "bytes staged: $staged" ;;
     esac
-    case "$extra" in
-      *--seq*)
+    case "$name" in
+      *readahead*)
         hits=$(awk '/^readahead hits/ {print $NF}' "$tmp/stats")
         test "$hits" -gt 0 || fail "$name: seed $seed: readahead unused"
         echo "readahead hits: $hits" ;;
@@ -63,10 +63,12 @@ run "64K minimum, max 128K" 2097152 "" "--filter=blocksize-policy" \
   "reshape-size=1M reshape-max=128K blocksize-minimum=64K blocksize-preferred=64K blocksize-error-policy=error"
 # Readahead: sequential small reads from every connection among the
 # writes, a slow plugin so fills overlap writes; cached data must never
-# go stale.
-run "readahead, 4K minimum" 2097152 "--seq 0.5" \
+# go stale.  Readahead is for clients that wait for each read, so each
+# connection keeps one request in flight (the four still race).
+run "readahead, 4K minimum" 2097152 "--seq 0.5 --depth 1" \
   "--filter=delay --filter=blocksize-policy" "delay-read=1ms $policy"
-run "readahead, no minimum" 2097152 "--seq 0.7" "" "reshape-size=64K"
+run "readahead, no minimum" 2097152 "--seq 0.7 --depth 1" "--filter=delay" \
+  "delay-read=1ms reshape-size=64K"
 # Merging: concurrent small requests from all connections held in
 # groups and sent as one; each must get its own data back.
 run "merge" 2097152 "--seq 0.9 --seqwrite --maxlen 16384 --depth 16" "--filter=delay" \
@@ -76,6 +78,9 @@ run "merge" 2097152 "--seq 0.9 --seqwrite --maxlen 16384 --depth 16" "--filter=d
 run "write-back, 4K minimum" 2097152 "--seq 0.6 --seqwrite" \
   "--filter=delay --filter=blocksize-policy" \
   "delay-write=1ms $policy reshape-writeback=true reshape-size=64K"
+run "write-back and readahead" 2097152 "--seq 0.6 --seqwrite --depth 1" \
+  "--filter=delay" \
+  "delay-read=1ms delay-write=1ms reshape-writeback=true reshape-size=64K"
 run "write-back with everything" 2097152 "--seq 0.5 --seqwrite" \
   "--filter=delay" \
   "delay-write=1ms reshape-writeback=true reshape-merge=true reshape-size=64K"

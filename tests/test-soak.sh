@@ -17,7 +17,7 @@ echo "seed: $seed, $seconds s"
 size=2097152
 mkdir "$tmp/dir"
 start_server "$tmp/sock" "$tmp/pid" --filter="$FILTER" --filter=delay \
-  file dir="$tmp/dir" delay-write=1ms reshape-size=64K \
+  file dir="$tmp/dir" delay-read=1ms delay-write=1ms reshape-size=64K \
   reshape-merge=true reshape-writeback=true reshape-readahead=1M
 pid=$(cat "$tmp/pid")
 rss () { awk '/^VmRSS/ {print $2}' "/proc/$pid/status"; }
@@ -26,9 +26,12 @@ end=$((SECONDS + seconds)) round=0 first=
 while [ $SECONDS -lt $end ] || [ $round -lt 4 ]; do
   round=$((round + 1))
   truncate -s $size "$tmp/dir/r$round"
+  # Odd rounds wait for each request (readahead), even ones keep 8 in
+  # flight per connection (merging).
+  depth=$((round % 2 ? 1 : 8))
   "$srcdir/random-io.py" $((seed + round)) \
     "nbd+unix:///r$round?socket=$tmp/sock" $size "$tmp/model" \
-    --ops 600 --seq 0.5 --seqwrite >/dev/null ||
+    --ops 600 --seq 0.5 --seqwrite --depth $depth >/dev/null ||
     fail "round $round: seed $((seed + round))"
   # A flush (multi-conn: it covers every connection) writes back what
   # is still staged.

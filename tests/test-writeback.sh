@@ -149,7 +149,8 @@ print(\"written back at disconnect\")
 
 # A tiny pool with readahead over 64K blocks from two connections must
 # not hang (a fill holding memory while its pieces wait for more).
-timed 120 nbdkit -U - --filter="$FILTER" memory 4M reshape-pool=256K \
+timed 120 nbdkit -U - --filter="$FILTER" --filter=delay memory 4M \
+  delay-read=1ms reshape-pool=256K \
   reshape-min=64K reshape-size=64K reshape-readahead=64K \
   reshape-writeback=true \
   --run '/usr/bin/python3 -c "

@@ -30,11 +30,13 @@
  */
 #define DEFAULT_SIZE (256 * KiB)
 
-/* Fan-out 8: enough to keep a latency-bound plugin busy with 256K
- * pieces, small enough not to flood a plugin with threads.
+/* Fan-out 16, nbdkit's own default thread count per connection: the
+ * pieces of one request reach the plugin as the requests of a client
+ * with 16 in flight would.  Measured on 32M reads at 200 MB/s per
+ * request, 8 left the plugin's streams a third short.
  */
 struct reshape_config reshape_cfg = {
-  .pool = 64 * MiB, .parallel = 8, .readahead = 8 * MiB,
+  .pool = 64 * MiB, .parallel = 16, .readahead = 8 * MiB,
 };
 bool reshape_parallel_ok;
 
@@ -206,6 +208,27 @@ min32 (uint32_t a, uint32_t b)
   return a < b ? a : b;
 }
 
+/* What clients are told to prefer: a power of 2, as NBD requires, no
+ * larger than the size the filter cuts at.  When that size is only the
+ * filter's guess (neither the plugin nor reshape-size named one), the
+ * hint stays at 4K or the plugin's minimum: clients such as nbdcopy
+ * raise any smaller request size to the hint and size their buffers by
+ * it, and a client that chose small requests for a fast plugin should
+ * keep them.  The filter still cuts large requests at its guess.
+ */
+static uint32_t
+preferred (const struct geometry *geo, bool guessed)
+{
+  uint32_t p = 512;
+
+  while (p * 2 <= geo->size && p < 32 * MiB)
+    p *= 2;
+  if (guessed)
+    while (p > 4 * KiB && p / 2 >= geo->min)
+      p /= 2;
+  return p;
+}
+
 /* Settle min, size and max for one connection.  Returns -1 with the
  * error reported if the plugin's limits leave no valid request size.
  */
@@ -213,6 +236,7 @@ int
 reshape_geometry (nbdkit_next *next, struct geometry *geo)
 {
   uint32_t pmin = 0, ppref = 0, pmax = 0;
+  bool guessed;
   int64_t exportsize = next->get_size (next);
 
   if (exportsize == -1)
@@ -236,31 +260,22 @@ reshape_geometry (nbdkit_next *next, struct geometry *geo)
     return -1;
   }
 
+  guessed = reshape_cfg.size == 0 && ppref <= 4 * KiB;
   if (reshape_cfg.size)
     geo->size = reshape_cfg.size;
   else
-    geo->size = ppref > 4 * KiB ? ppref : DEFAULT_SIZE;
+    geo->size = guessed ? DEFAULT_SIZE : ppref;
   if (geo->size < geo->min)
     geo->size = geo->min;
   geo->size = min32 (geo->size, geo->max);   /* the cap wins */
+  geo->preferred = preferred (geo, guessed);
 
   nbdkit_debug ("reshape: plugin advertises minimum %" PRIu32
                 " preferred %" PRIu32 " maximum %" PRIu32
                 "; requests to it: aligned to %" PRIu32
-                ", cut at %" PRIu32 ", at most %" PRIu32,
-                pmin, ppref, pmax, geo->min, geo->size, geo->max);
+                ", cut at %" PRIu32 ", at most %" PRIu32
+                "; clients are told to prefer %" PRIu32,
+                pmin, ppref, pmax, geo->min, geo->size, geo->max,
+                geo->preferred);
   return 0;
-}
-
-/* What clients are told to prefer: a power of 2, as NBD requires, no
- * larger than the size the filter sends.
- */
-uint32_t
-reshape_preferred (const struct geometry *geo)
-{
-  uint32_t p = 512;
-
-  while (p * 2 <= geo->size && p < 32 * MiB)
-    p *= 2;
-  return p;
 }

@@ -10,6 +10,17 @@
  * small reads are never amplified: only a read that continues the
  * previous one can start a fill.  The fill itself is one plugin read
  * cut into reshape-size pieces, which run in parallel (split.c).
+ *
+ * Readahead trades plugin calls for copies through the cache, which
+ * pays only where a call costs time:
+ * - for a client that waits for each read before it sends the next.
+ *   One that keeps several reads in flight hides the latency itself
+ *   (and may skip holes it learnt of from extents, which a window
+ *   would read), so its reads go straight through;
+ * - for a plugin with latency.  The reads that start a stream go
+ *   straight to the plugin and are timed; a plugin that answers them
+ *   faster than RA_MIN_LATENCY (memory, or files in the page cache,
+ *   which the kernel reads ahead already) gets no window.
  */
 
 #include <config.h>
@@ -18,6 +29,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <nbdkit-filter.h>
 
@@ -29,6 +41,9 @@ reshape_readahead_init (struct readahead *ra)
   pthread_mutex_init (&ra->lock, NULL);
   ra->next = UINT64_MAX;
   ra->window = 0;
+  ra->reading = 0;
+  ra->alone = 0;
+  ra->latency = 0;
 }
 
 void
@@ -48,7 +63,12 @@ window_cap (const struct geometry *geo)
   return cap;
 }
 
-/* Record this read; returns the window to fill, 0 for none. */
+#define ALONE_RUN 4
+#define RA_MIN_LATENCY (50 * 1000)          /* ns */
+
+/* Record this read as in flight; returns the window to fill, 0 for
+ * none.  read_done must follow.
+ */
 static uint32_t
 next_window (struct reshape_handle *h, uint64_t offset, uint32_t count)
 {
@@ -57,7 +77,12 @@ next_window (struct reshape_handle *h, uint64_t offset, uint32_t count)
   uint32_t w = 0;
 
   pthread_mutex_lock (&ra->lock);
-  if (offset == ra->next) {
+  /* A pipelining client's queue runs empty now and then (between its
+   * work chunks): only a run of reads that each came alone counts.
+   */
+  ra->alone = ++ra->reading == 1 ? ra->alone + 1 : 0;
+  if (ra->alone >= ALONE_RUN && offset == ra->next &&
+      ra->latency >= RA_MIN_LATENCY) {
     w = ra->window ? ra->window * 2 : h->geo.size;
     if (w > cap)
       w = cap;
@@ -69,6 +94,41 @@ next_window (struct reshape_handle *h, uint64_t offset, uint32_t count)
     return 0;
   reshape_stats_max (C_RA_WINDOW, w);
   return w;
+}
+
+static uint64_t
+now_ns (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * UINT64_C(1000000000) + ts.tv_nsec;
+}
+
+/* A read sent straight through: its time tells whether the plugin has
+ * latency worth hiding.
+ */
+static int
+direct_read (nbdkit_next *next, struct reshape_handle *h, void *buf,
+             uint32_t count, uint64_t offset, int *err)
+{
+  const uint64_t start = now_ns ();
+  int r = reshape_merge_pread (next, h, buf, count, offset, err);
+
+  if (r == 0) {
+    pthread_mutex_lock (&h->ra.lock);
+    h->ra.latency = now_ns () - start;
+    pthread_mutex_unlock (&h->ra.lock);
+  }
+  return r;
+}
+
+static void
+read_done (struct reshape_handle *h)
+{
+  pthread_mutex_lock (&h->ra.lock);
+  h->ra.reading--;
+  pthread_mutex_unlock (&h->ra.lock);
 }
 
 /* Read [offset, offset+window) into the cache, then serve the client. */
@@ -114,6 +174,7 @@ reshape_readahead_pread (nbdkit_next *next, struct reshape_handle *h,
                          int *err)
 {
   uint32_t window;
+  int r;
 
   /* Requests of the optimal size or larger are already what the plugin
    * wants: no copy through the cache for them.
@@ -128,10 +189,14 @@ reshape_readahead_pread (nbdkit_next *next, struct reshape_handle *h,
   window = next_window (h, offset, count);
   if (cache_read (&h->exp->cache, offset, count, buf)) {
     reshape_stats_add (C_RA_HITS, 1);
-    return 0;
+    r = 0;
   }
-  if (window == 0)
-    return reshape_merge_pread (next, h, buf, count, offset, err);
-  reshape_stats_add (C_RA_MISSES, 1);
-  return fill (next, h, window, buf, count, offset, err);
+  else if (window == 0)
+    r = direct_read (next, h, buf, count, offset, err);
+  else {
+    reshape_stats_add (C_RA_MISSES, 1);
+    r = fill (next, h, window, buf, count, offset, err);
+  }
+  read_done (h);
+  return r;
 }

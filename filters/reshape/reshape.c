@@ -150,7 +150,7 @@ reshape_block_size (nbdkit_next *next, void *handle,
   struct reshape_handle *h = handle;
 
   *minimum = 1;
-  *preferred = reshape_preferred (&h->geo);
+  *preferred = h->geo.preferred;
   *maximum = RESHAPE_CLIENT_MAX;
   return 0;
 }

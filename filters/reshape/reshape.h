@@ -64,13 +64,12 @@ extern int reshape_config_key (const char *key, const char *value);
 extern int reshape_config_complete (void);
 extern void reshape_config_free (void);
 extern int reshape_geometry (nbdkit_next *next, struct geometry *geo);
-extern uint32_t reshape_preferred (const struct geometry *geo);
 #define RESHAPE_CONFIG_HELP \
   "reshape-size=SIZE    Optimal request size sent to the plugin.\n" \
   "reshape-min=SIZE     Alignment the plugin needs.\n" \
   "reshape-max=SIZE     Largest request sent to the plugin.\n" \
   "reshape-pool=SIZE    Cap on the filter's buffer memory (default 64M).\n" \
-  "reshape-parallel=N   Pieces of one request run at once (default 8).\n" \
+  "reshape-parallel=N   Pieces of one request run at once (default 16).\n" \
   "reshape-readahead=SIZE|off  Largest readahead window (default 8M).\n" \
   "reshape-merge=BOOL   Merge concurrent small requests (default false).\n" \
   "reshape-writeback=BOOL  Stage small writes (default false).\n" \
@@ -125,6 +124,9 @@ struct readahead {
   pthread_mutex_t lock;
   uint64_t next;            /* where a sequential read would start */
   uint32_t window;          /* current window, 0 = not sequential */
+  unsigned reading;         /* small reads of this connection in flight */
+  unsigned alone;           /* reads in a row that came with no other */
+  uint64_t latency;         /* ns of the last read sent straight through */
 };
 
 /* The per-connection handle. */
