@@ -18,7 +18,7 @@ assert h.pread(4 << 20, 12345) == bytes(4 << 20)"'
 
 p=$(peak reshape-size=256K)
 echo "default fan-out: $p in flight"
-test "$p" -ge 4 && test "$p" -le 8 || fail "want 4..8 pieces in flight, got $p"
+test "$p" -ge 8 && test "$p" -le 16 || fail "want 8..16 pieces in flight, got $p"
 p=$(peak reshape-size=256K reshape-parallel=3)
 test "$p" = 3 || fail "reshape-parallel=3: $p in flight"
 p=$(peak reshape-size=256K reshape-parallel=1)
