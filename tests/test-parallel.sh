@@ -26,3 +26,26 @@ test "$p" = 1 || fail "reshape-parallel=1: $p in flight"
 p=$(peak reshape-size=256K serialize=true)
 test "$p" = 1 || fail "serializing plugin got $p requests at once"
 echo "ok: fan-out bounded, off for a serializing plugin"
+
+# Helpers only where the plugin has latency to overlap: after a first
+# split request, a plugin that answers 4K pieces at once gets them one
+# at a time; one that takes 1 ms per piece keeps its helpers.
+# splits_in_parallel PARAMS...: of 8 reads of 1M in 4K pieces
+splits_in_parallel ()
+{
+  nbdkit -U - --filter="$FILTER" "$MODEL" size=8M reshape-size=4K \
+    reshape-stats="$tmp/stats" "$@" \
+    --run 'nbdsh -u "$uri" -c "
+for i in range(8):
+    assert h.pread(1 << 20, i << 20) == bytes(1 << 20)"'
+  awk '/^split requests run in parallel/ { print $NF }' "$tmp/stats"
+}
+# (Under valgrind or the sanitizers every piece is slow.)
+if [ -z "${RESHAPE_CHECK:-}" ]; then
+  p=$(splits_in_parallel)
+  echo "no latency: $p of 8 split requests with helpers"
+  test "$p" -le 2 || fail "a plugin without latency got helpers $p times"
+fi
+p=$(splits_in_parallel latency=1ms)
+echo "1 ms: $p of 8 split requests with helpers"
+test "$p" = 8 || fail "a plugin with latency got helpers only $p times"

@@ -18,9 +18,9 @@
  *   (and may skip holes it learnt of from extents, which a window
  *   would read), so its reads go straight through;
  * - for a plugin with latency.  The reads that start a stream go
- *   straight to the plugin and are timed; a plugin that answers them
- *   faster than RA_MIN_LATENCY (memory, or files in the page cache,
- *   which the kernel reads ahead already) gets no window.
+ *   straight to the plugin and are timed; a plugin that answered any
+ *   of them faster than RESHAPE_SLOW_NS (memory, or files in the page
+ *   cache, which the kernel reads ahead already) gets no window.
  */
 
 #include <config.h>
@@ -29,7 +29,6 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <nbdkit-filter.h>
 
@@ -43,7 +42,7 @@ reshape_readahead_init (struct readahead *ra)
   ra->window = 0;
   ra->reading = 0;
   ra->alone = 0;
-  ra->latency = 0;
+  ra->latency = UINT64_MAX;
 }
 
 void
@@ -64,7 +63,6 @@ window_cap (const struct geometry *geo)
 }
 
 #define ALONE_RUN 4
-#define RA_MIN_LATENCY (50 * 1000)          /* ns */
 
 /* Record this read as in flight; returns the window to fill, 0 for
  * none.  read_done must follow.
@@ -80,9 +78,14 @@ next_window (struct reshape_handle *h, uint64_t offset, uint32_t count)
   /* A pipelining client's queue runs empty now and then (between its
    * work chunks): only a run of reads that each came alone counts.
    */
-  ra->alone = ++ra->reading == 1 ? ra->alone + 1 : 0;
-  if (ra->alone >= ALONE_RUN && offset == ra->next &&
-      ra->latency >= RA_MIN_LATENCY) {
+  if (++ra->reading > 1)
+    ra->alone = 0;
+  else if (ra->alone < ALONE_RUN)
+    ra->alone++;
+  if (offset != ra->next)
+    ra->latency = UINT64_MAX;           /* a new stream: time it anew */
+  else if (ra->alone >= ALONE_RUN && ra->latency != UINT64_MAX &&
+           ra->latency >= RESHAPE_SLOW_NS) {
     w = ra->window ? ra->window * 2 : h->geo.size;
     if (w > cap)
       w = cap;
@@ -96,28 +99,23 @@ next_window (struct reshape_handle *h, uint64_t offset, uint32_t count)
   return w;
 }
 
-static uint64_t
-now_ns (void)
-{
-  struct timespec ts;
-
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * UINT64_C(1000000000) + ts.tv_nsec;
-}
-
 /* A read sent straight through: its time tells whether the plugin has
- * latency worth hiding.
+ * latency worth hiding.  The fastest read of the stream decides, so
+ * that one read delayed by the scheduler does not start a window.
  */
 static int
 direct_read (nbdkit_next *next, struct reshape_handle *h, void *buf,
              uint32_t count, uint64_t offset, int *err)
 {
-  const uint64_t start = now_ns ();
+  const uint64_t start = reshape_now_ns ();
   int r = reshape_merge_pread (next, h, buf, count, offset, err);
 
   if (r == 0) {
+    const uint64_t t = reshape_now_ns () - start;
+
     pthread_mutex_lock (&h->ra.lock);
-    h->ra.latency = now_ns () - start;
+    if (t < h->ra.latency)
+      h->ra.latency = t;
     pthread_mutex_unlock (&h->ra.lock);
   }
   return r;

@@ -26,6 +26,7 @@
 #define NBDKIT_RESHAPE_H
 
 #include <stdbool.h>
+#include <time.h>
 #include <stdint.h>
 
 #include <nbdkit-filter.h>
@@ -126,7 +127,7 @@ struct readahead {
   uint32_t window;          /* current window, 0 = not sequential */
   unsigned reading;         /* small reads of this connection in flight */
   unsigned alone;           /* reads in a row that came with no other */
-  uint64_t latency;         /* ns of the last read sent straight through */
+  uint64_t latency;         /* ns, fastest direct read of this stream */
 };
 
 /* The per-connection handle. */
@@ -137,7 +138,25 @@ struct reshape_handle {
   bool multi_conn;          /* the plugin allows multi-conn */
   uint64_t wb_seen;         /* export's write-back failures reported */
   int wb_failed;            /* failure of a block this connection owned */
+  uint64_t piece_ns;        /* mean ns per piece, last split request */
 };
+
+/* Plugin calls are timed to tell whether the plugin has latency worth
+ * hiding by readahead (readahead.c) or overlapping with parallel
+ * pieces (split.c).  A call answered faster than this (memory, a file
+ * in the page cache) has none: copies and thread wake-ups would cost
+ * more than they save.
+ */
+#define RESHAPE_SLOW_NS (50 * 1000)
+
+static inline uint64_t
+reshape_now_ns (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * UINT64_C(1000000000) + ts.tv_nsec;
+}
 
 extern int reshape_writeback_pwrite (nbdkit_next *next,
                                      struct reshape_handle *h,
@@ -225,6 +244,7 @@ enum reshape_op {
 };
 enum reshape_counter {
   C_SPLITS,            /* client requests cut into more than one piece */
+  C_PARALLEL,          /* of those, run with helper threads */
   C_RMW_READS,         /* partial blocks read through a bounce buffer */
   C_RMW_WRITES,        /* partial blocks written by read-modify-write */
   C_LOCK_WAITS,        /* range lock acquisitions that had to wait */

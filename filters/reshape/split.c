@@ -72,6 +72,7 @@ struct shared_walk {
   piece_fn fn;
   unsigned n;                 /* pieces handed out */
   int err;                    /* first error, 0 if none */
+  uint64_t busy_ns;           /* time spent in pieces, all threads */
 };
 
 static bool
@@ -96,15 +97,18 @@ work_on (void *opaque)
   int err = 0;
 
   while (take_piece (sw, &p, &n)) {
+    const uint64_t start = reshape_now_ns ();
+    int r;
+
     if (reshape_debug_split)
       nbdkit_debug ("reshape: piece %u: %" PRIu64 "+%" PRIu32 "%s",
                     n, p.offset, p.count, p.partial ? " (partial)" : "");
-    if (run_piece (sw->o, &p, sw->fn, &err) == -1) {
-      pthread_mutex_lock (&sw->lock);
-      if (sw->err == 0)
-        sw->err = err;
-      pthread_mutex_unlock (&sw->lock);
-    }
+    r = run_piece (sw->o, &p, sw->fn, &err);
+    pthread_mutex_lock (&sw->lock);
+    sw->busy_ns += reshape_now_ns () - start;
+    if (r == -1 && sw->err == 0)
+      sw->err = err;
+    pthread_mutex_unlock (&sw->lock);
   }
 }
 
@@ -122,6 +126,20 @@ helpers_for (uint64_t count, uint32_t step)
   return pieces - 1 < fanout - 1 ? pieces - 1 : fanout - 1;
 }
 
+/* Helpers overlap plugin time; a plugin that answered the last split
+ * request's pieces in less than RESHAPE_SLOW_NS each on average (memory,
+ * the page cache) has none to overlap, and waking helpers would cost
+ * more than it saves.  The pieces then run in the requesting thread,
+ * and their times tell when the plugin gets slow again.
+ */
+static bool
+worth_helpers (const struct reshape_handle *h)
+{
+  uint64_t ns = __atomic_load_n (&h->piece_ns, __ATOMIC_RELAXED);
+
+  return ns == 0 || ns >= RESHAPE_SLOW_NS;
+}
+
 /* Walk [offset, offset+count) and run fn on every piece, in parallel
  * when allowed.  A failed piece fails the request (no new pieces are
  * started); this returns only when every piece started has finished.
@@ -135,14 +153,20 @@ run_pieces (const struct op *o, uint64_t offset, uint64_t count,
   unsigned helpers;
 
   walk_init (&sw.w, &o->h->geo, offset, count, step);
-  helpers = sw.w.step < count ? helpers_for (count, sw.w.step) : 0;
-  if (helpers)
+  helpers = sw.w.step < count && worth_helpers (o->h) ?
+    helpers_for (count, sw.w.step) : 0;
+  if (helpers) {
+    reshape_stats_add (C_PARALLEL, 1);
     reshape_workers_share (work_on, &sw, helpers);
+  }
   else
     work_on (&sw);
   pthread_mutex_destroy (&sw.lock);
-  if (sw.n > 1)
+  if (sw.n > 1) {
     reshape_stats_add (C_SPLITS, 1);
+    __atomic_store_n (&o->h->piece_ns, sw.busy_ns / sw.n | 1,
+                      __ATOMIC_RELAXED);
+  }
   if (sw.err) {
     *err = sw.err;
     return -1;

@@ -35,6 +35,7 @@ static const char *op_names[OP_COUNT] = {
 
 static const char *counter_names[C_COUNTERS] = {
   [C_SPLITS] = "requests split",
+  [C_PARALLEL] = "split requests run in parallel",
   [C_RMW_READS] = "partial blocks read",
   [C_RMW_WRITES] = "read-modify-writes",
   [C_LOCK_WAITS] = "range lock waits",
