@@ -116,15 +116,17 @@ fi
 
 if want sweep; then
 echo "== the seeds' sweep: nbdcopy --request-size=2^N over sparse-random 4G"
-for f in "" "--filter=$F"; do
-  tag=$([ -z "$f" ] && echo no-filter || echo reshape)
-  # (nbdkit --run uses /bin/sh, which may lack 2**N: sizes spelled out)
-  hyperfine -N --warmup 1 --runs "$runs" \
-    -L rs "$(for n in $(seq 15 25); do printf '%d,' $((1 << n)); done | sed 's/,$//')" \
-    --export-json "$out/sweep.$tag.json" \
-    "nbdkit -U - $f sparse-random size=4G seed=1 --run 'nbdcopy --request-size={rs} \$uri \$uri'" \
-    >/dev/null
-  echo "  $tag done"
+# The two setups run in alternation (bench/paired.py), at least 8
+# rounds: without latency the filter's effect is smaller than this
+# machine's drift between two hyperfine runs.
+rm -f "$out"/sweep.*.json
+for n in $(seq 15 25); do
+  rs=$((1 << n))
+  c="sparse-random size=4G seed=1 --run 'nbdcopy --request-size=$rs \$uri \$uri'"
+  /usr/bin/python3 bench/paired.py --runs $((runs > 8 ? runs : 8)) \
+    --export-json "$out/sweep.$n.json" \
+    -n no-filter "nbdkit -U - $c" -n reshape "nbdkit -U - --filter=$F $c"
+  echo "  2^$n done"
 done
 fi
 

@@ -5,6 +5,8 @@
 import glob
 import json
 import os
+import re
+import statistics
 import sys
 
 d = sys.argv[1]
@@ -60,22 +62,33 @@ for name in TITLES:
             bars.append((name, r["command"], ratio))
     md.append("")
 
-sweep = {}
-for tag in ("no-filter", "reshape"):
-    p = os.path.join(d, "sweep.%s.json" % tag)
-    if os.path.exists(p):
-        for r in json.load(open(p))["results"]:
-            n = int(r["parameters"]["rs"]).bit_length() - 1
-            sweep.setdefault(n, {})[tag] = r["mean"]
+sweep = {}                                  # N -> {setup: mean}
+paired = {}                                 # N -> (ratio, 2 sigma)
+for f in sorted(os.listdir(d)):
+    m = re.match(r"sweep\.(\d+)\.json$", f)
+    if not m:
+        continue
+    n = int(m.group(1))
+    res = {r["command"]: r for r in json.load(open(os.path.join(d, f)))["results"]}
+    for k, r in res.items():
+        sweep.setdefault(n, {})[k] = r["mean"]
+    if "no-filter" in res and "reshape" in res:
+        # Round by round: the two ran back to back.
+        q = [x / y for x, y in zip(res["no-filter"]["times"],
+                                   res["reshape"]["times"])]
+        sd = statistics.stdev(q) if len(q) > 1 else 0
+        paired[n] = (statistics.mean(q), 2 * sd / len(q) ** 0.5)
 if sweep:
     md += ["## The seeds' sweep: nbdcopy --request-size=2^N, "
            "sparse-random 4G", "",
+           "Speed-up: mean of the per-round ratios (the setups run in "
+           "alternation), ± two standard errors.", "",
            "| N | no filter (s) | reshape (s) | reshape speed-up |",
            "|---:|---:|---:|---:|"]
-    for n in sorted(sweep):
-        a, b = sweep[n].get("no-filter"), sweep[n].get("reshape")
-        if a and b:
-            md.append("| %d | %.3f | %.3f | %.2fx |" % (n, a, b, a / b))
+    for n in sorted(paired):
+        r, e = paired[n]
+        md.append("| %d | %.3f | %.3f | %.2fx ± %.2f |"
+                  % (n, sweep[n]["no-filter"], sweep[n]["reshape"], r, e))
     md.append("")
 
 
