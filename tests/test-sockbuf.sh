@@ -62,6 +62,22 @@ test "$(stat_of "$tmp/stats-off" "client sockets raised")" = 0 ||
   fail "reshape-sndbuf=off raised a socket"
 echo "ok: off"
 
+# The default (2M on Linux) waits for the connection's first read reply
+# of 128K or more: small replies fit the kernel's default buffer.
+default_raised ()
+{
+  nbdkit -U - --filter="$FILTER" memory 1M reshape-stats="$tmp/stats-def" \
+    --run 'nbdsh -u "$uri" -c "
+for i in range(8):
+    h.pread(4096, i * 4096)
+'"$1"'"'
+  stat_of "$tmp/stats-def" "client sockets raised"
+}
+test "$(default_raised '')" = 0 || fail "default: raised for 4K reads"
+test "$(default_raised 'h.pread(256 << 10, 0)')" = 1 ||
+  fail "default: not raised at a 256K read"
+echo "ok: default raised at the first large read only"
+
 # Without /proc the descriptors are found by trying each one.  Needs a
 # private mount namespace (root): skipped quietly where unavailable.
 if unshare --mount --propagation private true 2>/dev/null; then

@@ -107,8 +107,7 @@ reshape_open (nbdkit_next_open *next, nbdkit_context *nxdata,
   }
   reshape_readahead_init (&h->ra);
   reshape_writeback_open (h);
-  /* The client's socket exists by now: give it its send buffer. */
-  reshape_sockbuf_raise (reshape_cfg.sndbuf);
+  reshape_sockbuf_open (h);
   return h;
 }
 
@@ -160,6 +159,7 @@ reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
                uint64_t offset, uint32_t flags, int *err)
 {
   reshape_stats_client (OP_PREAD, count);
+  reshape_sockbuf_reply (handle, count);
   /* Staged writes there first (cache hits are never older: staging a
    * write drops what it overlaps from the caches).
    */

@@ -139,6 +139,7 @@ struct reshape_handle {
   uint64_t wb_seen;         /* export's write-back failures reported */
   int wb_failed;            /* failure of a block this connection owned */
   uint64_t piece_ns;        /* mean ns per piece, last split request */
+  bool sndbuf_pending;      /* default send buffer not raised yet */
 };
 
 /* Plugin calls are timed to tell whether the plugin has latency worth
@@ -235,7 +236,8 @@ extern bool reshape_workers_submit (void (*fn) (void *), void *opaque);
 
 /* sockbuf.c */
 extern void reshape_sockbuf_default (struct reshape_config *cfg);
-extern void reshape_sockbuf_raise (uint32_t want);
+extern void reshape_sockbuf_open (struct reshape_handle *h);
+extern void reshape_sockbuf_reply (struct reshape_handle *h, uint32_t count);
 
 /* stats.c */
 enum reshape_op {
