@@ -63,7 +63,7 @@ test "$(stat_of "$tmp/stats-off" "client sockets raised")" = 0 ||
 echo "ok: off"
 
 # The default (2M on Linux) waits for the connection's first read reply
-# of 128K or more: small replies fit the kernel's default buffer.
+# of 256K or more: smaller replies fit the kernel's default buffer.
 default_raised ()
 {
   nbdkit -U - --filter="$FILTER" memory 1M reshape-stats="$tmp/stats-def" \
