@@ -38,7 +38,7 @@ splits_in_parallel ()
     --run 'nbdsh -u "$uri" -c "
 for i in range(8):
     assert h.pread(1 << 20, i << 20) == bytes(1 << 20)"'
-  awk '/^split requests run in parallel/ { print $NF }' "$tmp/stats"
+  awk '/^split reads run in parallel/ { print $NF }' "$tmp/stats"
 }
 # (Under valgrind or the sanitizers every piece is slow.)
 if [ -z "${RESHAPE_CHECK:-}" ]; then
@@ -49,3 +49,17 @@ fi
 p=$(splits_in_parallel latency=1ms)
 echo "1 ms: $p of 8 split requests with helpers"
 test "$p" = 8 || fail "a plugin with latency got helpers only $p times"
+
+# Reads and writes are timed apart: fast writes (memory) between slow
+# reads (delay filter) must not take the reads' helpers away.
+nbdkit -U - --filter="$FILTER" --filter=delay memory 8M delay-read=2ms \
+  reshape-size=4K reshape-stats="$tmp/stats-mixed" \
+  --run 'nbdsh -u "$uri" -c "
+h.pwrite(b\"w\" * (128 << 10), 0)
+for i in range(5):
+    # (rewriting memory already there: no allocation, a fast write)
+    h.pwrite(b\"w\" * (128 << 10), 0)
+    assert h.pread(1 << 20, 0)[:128 << 10] == b\"w\" * (128 << 10)"'
+p=$(awk '/^split reads run in parallel/ { print $NF }' "$tmp/stats-mixed")
+echo "slow reads between fast writes: $p of 5 reads with helpers"
+test "$p" = 5 || fail "reads after fast writes lost their helpers ($p of 5)"

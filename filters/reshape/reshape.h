@@ -138,7 +138,8 @@ struct reshape_handle {
   bool multi_conn;          /* the plugin allows multi-conn */
   uint64_t wb_seen;         /* export's write-back failures reported */
   int wb_failed;            /* failure of a block this connection owned */
-  uint64_t piece_ns;        /* mean ns per piece, last split request */
+  uint64_t piece_ns[2];     /* mean ns per piece of the last split
+                               read [0] and write, zero, trim [1] */
   bool sndbuf_pending;      /* default send buffer not raised yet */
 };
 
@@ -246,7 +247,8 @@ enum reshape_op {
 };
 enum reshape_counter {
   C_SPLITS,            /* client requests cut into more than one piece */
-  C_PARALLEL,          /* of those, run with helper threads */
+  C_PARALLEL_READS,    /* of those, reads run with helper threads */
+  C_PARALLEL_WRITES,   /* and writes, zeroes, trims */
   C_RMW_READS,         /* partial blocks read through a bounce buffer */
   C_RMW_WRITES,        /* partial blocks written by read-modify-write */
   C_LOCK_WAITS,        /* range lock acquisitions that had to wait */

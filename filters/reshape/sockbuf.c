@@ -16,7 +16,9 @@
  *
  * Each one gets the asked send buffer if that is larger than what it
  * has: at once when the user gave reshape-sndbuf, else (the default)
- * at the connection's first read reply of LARGE_REPLY or more.  A
+ * at the connection's first read reply of LARGE_REPLY or more.  (The
+ * scan cannot tell whose socket is whose, so that raises every client
+ * socket open at the time.)  A
  * larger buffer pays for large replies, which do not fit the kernel's
  * default (208K for unix sockets); for smaller ones it measured slower
  * (nbdcopy over sparse-random, 32K requests: 0.93x; 128K: 0.95x).  The size the kernel actually grants is recorded, and a warning

@@ -130,12 +130,15 @@ helpers_for (uint64_t count, uint32_t step)
  * request's pieces in less than RESHAPE_SLOW_NS each on average (memory,
  * the page cache) has none to overlap, and waking helpers would cost
  * more than it saves.  The pieces then run in the requesting thread,
- * and their times tell when the plugin gets slow again.
+ * and their times tell when the plugin gets slow again.  Reads and
+ * writes are timed apart: storage often writes into a cache at once
+ * and reads slowly.
  */
 static bool
-worth_helpers (const struct reshape_handle *h)
+worth_helpers (const struct op *o)
 {
-  uint64_t ns = __atomic_load_n (&h->piece_ns, __ATOMIC_RELAXED);
+  uint64_t ns = __atomic_load_n (&o->h->piece_ns[o->write],
+                                 __ATOMIC_RELAXED);
 
   return ns == 0 || ns >= RESHAPE_SLOW_NS;
 }
@@ -153,10 +156,10 @@ run_pieces (const struct op *o, uint64_t offset, uint64_t count,
   unsigned helpers;
 
   walk_init (&sw.w, &o->h->geo, offset, count, step);
-  helpers = sw.w.step < count && worth_helpers (o->h) ?
+  helpers = sw.w.step < count && worth_helpers (o) ?
     helpers_for (count, sw.w.step) : 0;
   if (helpers) {
-    reshape_stats_add (C_PARALLEL, 1);
+    reshape_stats_add (o->write ? C_PARALLEL_WRITES : C_PARALLEL_READS, 1);
     reshape_workers_share (work_on, &sw, helpers);
   }
   else
@@ -164,7 +167,7 @@ run_pieces (const struct op *o, uint64_t offset, uint64_t count,
   pthread_mutex_destroy (&sw.lock);
   if (sw.n > 1) {
     reshape_stats_add (C_SPLITS, 1);
-    __atomic_store_n (&o->h->piece_ns, sw.busy_ns / sw.n | 1,
+    __atomic_store_n (&o->h->piece_ns[o->write], sw.busy_ns / sw.n | 1,
                       __ATOMIC_RELAXED);
   }
   if (sw.err) {

@@ -35,7 +35,8 @@ static const char *op_names[OP_COUNT] = {
 
 static const char *counter_names[C_COUNTERS] = {
   [C_SPLITS] = "requests split",
-  [C_PARALLEL] = "split requests run in parallel",
+  [C_PARALLEL_READS] = "split reads run in parallel",
+  [C_PARALLEL_WRITES] = "split writes run in parallel",
   [C_RMW_READS] = "partial blocks read",
   [C_RMW_WRITES] = "read-modify-writes",
   [C_LOCK_WAITS] = "range lock waits",
