@@ -99,33 +99,18 @@ next_window (struct reshape_handle *h, uint64_t offset, uint32_t count)
   return w;
 }
 
-/* A read sent straight through: its time tells whether the plugin has
- * latency worth hiding.  The fastest read of the stream decides, so
- * that one read delayed by the scheduler does not start a window.
+/* The read is back.  A read sent straight through (took_ns > 0) tells
+ * whether the plugin has latency worth hiding; the fastest of the
+ * stream decides, so that one read delayed by the scheduler does not
+ * start a window.
  */
-static int
-direct_read (nbdkit_next *next, struct reshape_handle *h, void *buf,
-             uint32_t count, uint64_t offset, int *err)
-{
-  const uint64_t start = reshape_now_ns ();
-  int r = reshape_merge_pread (next, h, buf, count, offset, err);
-
-  if (r == 0) {
-    const uint64_t t = reshape_now_ns () - start;
-
-    pthread_mutex_lock (&h->ra.lock);
-    if (t < h->ra.latency)
-      h->ra.latency = t;
-    pthread_mutex_unlock (&h->ra.lock);
-  }
-  return r;
-}
-
 static void
-read_done (struct reshape_handle *h)
+read_done (struct reshape_handle *h, uint64_t took_ns)
 {
   pthread_mutex_lock (&h->ra.lock);
   h->ra.reading--;
+  if (took_ns && took_ns < h->ra.latency)
+    h->ra.latency = took_ns;
   pthread_mutex_unlock (&h->ra.lock);
 }
 
@@ -172,6 +157,7 @@ reshape_readahead_pread (nbdkit_next *next, struct reshape_handle *h,
                          int *err)
 {
   uint32_t window;
+  uint64_t took = 0;                    /* a direct read's time */
   int r;
 
   /* Requests of the optimal size or larger are already what the plugin
@@ -189,12 +175,17 @@ reshape_readahead_pread (nbdkit_next *next, struct reshape_handle *h,
     reshape_stats_add (C_RA_HITS, 1);
     r = 0;
   }
-  else if (window == 0)
-    r = direct_read (next, h, buf, count, offset, err);
+  else if (window == 0) {
+    const uint64_t start = reshape_now_ns ();
+
+    r = reshape_merge_pread (next, h, buf, count, offset, err);
+    if (r == 0)
+      took = reshape_now_ns () - start;
+  }
   else {
     reshape_stats_add (C_RA_MISSES, 1);
     r = fill (next, h, window, buf, count, offset, err);
   }
-  read_done (h);
+  read_done (h, took);
   return r;
 }

@@ -18,10 +18,12 @@
  * has: at once when the user gave reshape-sndbuf, else (the default)
  * at the connection's first read reply of LARGE_REPLY or more.  (The
  * scan cannot tell whose socket is whose, so that raises every client
- * socket open at the time.)  A
- * larger buffer pays for large replies, which do not fit the kernel's
- * default (208K for unix sockets); for smaller ones it measured slower
- * (nbdcopy over sparse-random, 32K requests: 0.93x; 128K: 0.95x).  The size the kernel actually grants is recorded, and a warning
+ * socket open at the time.)  A larger buffer pays for large replies,
+ * which do not fit the kernel's default (208K for unix sockets); for
+ * smaller ones it measured slower (nbdcopy over sparse-random, 32K
+ * requests: 0.93x; 128K: 0.95x).
+ *
+ * The size the kernel actually grants is recorded, and a warning
  * is given once if the kernel capped it (Linux: net.core.wmem_max).
  *
  * Defaults, measured (see README, "Socket send buffer"): on Linux 6.18

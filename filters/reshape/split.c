@@ -94,22 +94,27 @@ work_on (void *opaque)
   struct shared_walk *sw = opaque;
   struct piece p;
   unsigned n;
+  uint64_t busy = 0;
   int err = 0;
 
   while (take_piece (sw, &p, &n)) {
     const uint64_t start = reshape_now_ns ();
-    int r;
 
     if (reshape_debug_split)
       nbdkit_debug ("reshape: piece %u: %" PRIu64 "+%" PRIu32 "%s",
                     n, p.offset, p.count, p.partial ? " (partial)" : "");
-    r = run_piece (sw->o, &p, sw->fn, &err);
-    pthread_mutex_lock (&sw->lock);
-    sw->busy_ns += reshape_now_ns () - start;
-    if (r == -1 && sw->err == 0)
-      sw->err = err;
-    pthread_mutex_unlock (&sw->lock);
+    if (run_piece (sw->o, &p, sw->fn, &err) == -1) {
+      pthread_mutex_lock (&sw->lock);
+      if (sw->err == 0)
+        sw->err = err;
+      pthread_mutex_unlock (&sw->lock);
+    }
+    busy += reshape_now_ns () - start;
   }
+  /* Once per thread, not per piece: the lock is on the request's path. */
+  pthread_mutex_lock (&sw->lock);
+  sw->busy_ns += busy;
+  pthread_mutex_unlock (&sw->lock);
 }
 
 /* How many helpers a request deserves: one per extra piece, at most
