@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# When readahead works and when it must stay out of the way: only for
+# a client that waits for each read, and only for a plugin with latency.
+# The pattern plugin's data (each 8 bytes: its offset, big-endian) is
+# checked on every read.
+source "$srcdir/functions.sh"
+requires /usr/bin/python3 -c 'import nbd'
+
+# reads MODE PLUGIN-WORDS...: 2048 sequential 4K reads, one at a time
+# (sync) or 16 in flight (aio); prints "fills hits".
+reads ()
+{
+  local mode=$1; shift
+  nbdkit -U - --filter="$FILTER" "$@" reshape-stats="$tmp/stats" \
+    --run '/usr/bin/python3 -c "
+import nbd, struct, sys
+h = nbd.NBD(); h.connect_uri(sys.argv[1])
+def check(buf, off):
+    want = b\"\".join(struct.pack(\">Q\", off + i) for i in range(0, 4096, 8))
+    assert buf == want, \"wrong data at %d\" % off
+if sys.argv[2] == \"sync\":
+    for i in range(2048):
+        check(h.pread(4096, i * 4096), i * 4096)
+else:
+    bufs = {}
+    for i in range(2048):
+        while h.aio_in_flight() >= 16:
+            h.poll(-1)
+        b = nbd.Buffer(4096)
+        bufs[i] = (b, h.aio_pread(b, i * 4096))
+    while h.aio_in_flight() > 0:
+        h.poll(-1)
+    for i, (b, c) in bufs.items():
+        assert h.aio_command_completed(c)
+        check(b.to_bytearray(), i * 4096)
+" "$uri" '"$mode"
+  awk '/^readahead fills/ {f = $NF} /^readahead hits/ {h = $NF}
+       END {print f, h}' "$tmp/stats"
+}
+slow="--filter=delay pattern 8M delay-read=1ms"
+
+read -r fills hits <<< "$(reads sync $slow)"
+echo "waiting client, 1 ms plugin: $fills fills, $hits hits"
+test "$hits" -gt 1500 || fail "readahead did not serve a waiting client"
+
+read -r fills hits <<< "$(reads aio $slow)"
+echo "16 reads in flight, 1 ms plugin: $fills fills, $hits hits"
+test "$fills" = 0 || fail "readahead filled windows for a pipelining client"
+
+# (Under valgrind or the sanitizers every read is slow.)
+if [ -z "${RESHAPE_CHECK:-}" ]; then
+  read -r fills hits <<< "$(reads sync pattern 8M)"
+  echo "waiting client, plugin without latency: $fills fills, $hits hits"
+  test "$fills" = 0 || fail "readahead filled windows for a fast plugin"
+fi
