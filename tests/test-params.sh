@@ -57,7 +57,17 @@ good reshape-sndbuf=0
 good reshape-sndbuf=2M reshape-stats="$tmp/stats"
 test -s "$tmp/stats" || fail "reshape-stats file not written"
 
-# A cap below the plugin's minimum refuses the connection, clearly.
+# Both given and in conflict: refused at start-up (not at every
+# connection), naming both parameters.
+if nbdkit_reshape null 1M reshape-min=64K reshape-max=4K --run true \
+     > "$tmp/out" 2>&1; then
+  fail "reshape-max below reshape-min was accepted"
+fi
+grep -q "reshape-max: 4096 is below reshape-min (65536)" "$tmp/out" ||
+  fail "$(cat "$tmp/out")"
+good reshape-min=4K reshape-max=4K
+
+# A cap below the plugin's own minimum refuses the connection, clearly.
 if nbdkit -U - --filter="$FILTER" --filter=blocksize-policy memory 1M \
      blocksize-minimum=4096 reshape-max=1K \
      --run 'nbdinfo "$uri"' > "$tmp/out" 2>&1; then

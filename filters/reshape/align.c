@@ -24,7 +24,7 @@
 static void *
 read_block (nbdkit_next *next, const struct piece *p, int *err)
 {
-  void *blk = reshape_pool_get (p->blk_count);
+  void *blk = pool_get (POOL_BOUNCE, p->blk_count);
 
   if (blk == NULL) {
     *err = errno;
@@ -33,7 +33,7 @@ read_block (nbdkit_next *next, const struct piece *p, int *err)
   }
   reshape_stats_plugin (OP_PREAD, p->blk_count);
   if (next->pread (next, blk, p->blk_count, p->blk_offset, 0, err) == -1) {
-    reshape_pool_put (blk, p->blk_count);
+    pool_put (POOL_BOUNCE, blk, p->blk_count);
     return NULL;
   }
   return blk;
@@ -48,7 +48,7 @@ reshape_align_read (nbdkit_next *next, const struct piece *p,
   if (blk == NULL)
     return -1;
   memcpy (dst, blk + (p->offset - p->blk_offset), p->count);
-  reshape_pool_put (blk, p->blk_count);
+  pool_put (POOL_BOUNCE, blk, p->blk_count);
   reshape_stats_add (C_RMW_READS, 1);
   return 0;
 }
@@ -74,7 +74,7 @@ reshape_align_write (nbdkit_next *next, const struct piece *p,
                   p->blk_offset, p->blk_count, p->offset, p->count);
   reshape_stats_plugin (OP_PWRITE, p->blk_count);
   r = next->pwrite (next, blk, p->blk_count, p->blk_offset, flags, err);
-  reshape_pool_put (blk, p->blk_count);
+  pool_put (POOL_BOUNCE, blk, p->blk_count);
   if (r == 0)
     reshape_stats_add (C_RMW_WRITES, 1);
   return r;

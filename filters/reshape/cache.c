@@ -3,10 +3,9 @@
  * SPDX-License-Identifier: BSD-3-Clause
  *
  * The per-export read cache.  Entries are pool buffers, each holding
- * one contiguous range read by readahead.  The cache of all exports
- * together holds at most half of reshape-pool, so bounce and merge
- * buffers always have room; when the pool is short anyway, it asks
- * the caches to give memory back (cache_shrink).
+ * one contiguous range read by readahead.  The pool decides how much
+ * all exports' caches may keep (pool_keep); when requests are short of
+ * memory, the pool asks the caches to give some back (cache_shrink).
  *
  * Coherence: every write, zero and trim calls cache_invalidate for its
  * range before it is acknowledged, which drops overlapping entries and
@@ -21,6 +20,7 @@
 
 #include <nbdkit-filter.h>
 
+#include "common.h"
 #include "reshape.h"
 
 struct cache_entry {
@@ -60,14 +60,14 @@ drop (struct cache_entry **pp)
 
   *pp = e->next;
   __atomic_sub_fetch (&cached_bytes, e->len, __ATOMIC_SEQ_CST);
-  reshape_pool_put (e->buf, e->len);
+  pool_put (POOL_CACHE, e->buf, e->len);
   free (e);
 }
 
 void
 cache_destroy (struct cache *c)
 {
-  cache_shrink (c);
+  cache_shrink (c, UINT64_MAX);
   pthread_mutex_destroy (&c->lock);
 }
 
@@ -142,20 +142,29 @@ forget_range (struct cache *c, uint64_t lo, uint64_t hi)
   }
 }
 
-/* Make room for len more bytes within the budget, oldest out first. */
+/* Drop the least recently used entry; false if there is none. */
+static bool
+drop_oldest (struct cache *c)
+{
+  struct cache_entry **pp = &c->entries;
+
+  if (*pp == NULL)
+    return false;
+  while ((*pp)->next)
+    pp = &(*pp)->next;
+  drop (pp);
+  return true;
+}
+
+/* The pool's cache share takes the len bytes of a filled window,
+ * making room by dropping this export's oldest entries.
+ */
 static bool
 make_room (struct cache *c, uint32_t len)
 {
-  const uint64_t budget = reshape_cfg.pool / 2;
-
-  while (__atomic_load_n (&cached_bytes, __ATOMIC_RELAXED) + len > budget) {
-    struct cache_entry **pp = &c->entries;
-    if (*pp == NULL)
+  while (!pool_keep (len))
+    if (!drop_oldest (c))
       return false;
-    while ((*pp)->next)
-      pp = &(*pp)->next;
-    drop (pp);
-  }
   return true;
 }
 
@@ -171,18 +180,18 @@ cache_fill_end (struct cache *c, struct cache_fill *f,
   for (pp = &c->fills; *pp != f; pp = &(*pp)->next)
     ;
   *pp = f->next;
-  /* Nothing is kept while someone waits for pool memory: the waiter
-   * already asked the caches to shrink and would wait forever.
-   */
-  if (ok && !f->stale && !reshape_pool_pressure ()) {
+  if (ok && !f->stale) {
     forget_range (c, f->lo, f->lo + len);
-    if (make_room (c, len) && (e = malloc (sizeof *e)) != NULL) {
+    e = malloc (sizeof *e);
+    if (e && make_room (c, len)) {
       *e = (struct cache_entry) { .off = f->lo, .len = len, .buf = buf,
                                   .next = c->entries };
       c->entries = e;
       __atomic_add_fetch (&cached_bytes, len, __ATOMIC_SEQ_CST);
       kept = true;
     }
+    else
+      free (e);
   }
   pthread_mutex_unlock (&c->lock);
   __atomic_sub_fetch (&fills_active, 1, __ATOMIC_SEQ_CST);
@@ -203,15 +212,17 @@ cache_invalidate (struct cache *c, uint64_t lo, uint64_t hi)
 }
 
 uint64_t
-cache_shrink (struct cache *c)
+cache_shrink (struct cache *c, uint64_t want)
 {
   uint64_t freed = 0;
+  SCOPED_LOCK (&c->lock);
 
-  pthread_mutex_lock (&c->lock);
-  while (c->entries) {
-    freed += c->entries->len;
-    drop (&c->entries);
+  while (freed < want && c->entries) {
+    struct cache_entry *e = c->entries;
+    while (e->next)
+      e = e->next;
+    freed += e->len;
+    drop_oldest (c);
   }
-  pthread_mutex_unlock (&c->lock);
   return freed;
 }

@@ -55,7 +55,9 @@ extern void cache_invalidate (struct cache *c, uint64_t lo, uint64_t hi);
 /* Could any cache of any export hold data? */
 extern bool cache_anything (void);
 
-/* Give memory back to the pool; returns bytes freed. */
-extern uint64_t cache_shrink (struct cache *c);
+/* Give at least want bytes back to the pool (UINT64_MAX: all), the
+ * least recently used first; returns bytes freed.
+ */
+extern uint64_t cache_shrink (struct cache *c, uint64_t want);
 
 #endif /* NBDKIT_RESHAPE_CACHE_H */

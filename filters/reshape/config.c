@@ -179,6 +179,15 @@ reshape_config_key (const char *key, const char *value)
 int
 reshape_config_complete (void)
 {
+  /* The plugin's own minimum is known only per connection (see
+   * reshape_geometry); the user's two values can be checked now.
+   */
+  if (reshape_cfg.min && reshape_cfg.max && reshape_cfg.max < reshape_cfg.min) {
+    nbdkit_error ("reshape-max: %" PRIu32 " is below reshape-min (%" PRIu32
+                  "); accepted: a cap of at least the minimum block size",
+                  reshape_cfg.max, reshape_cfg.min);
+    return -1;
+  }
   /* Fail now, not at exit, if the report cannot be written. */
   if (reshape_cfg.stats_file) {
     FILE *fp = fopen (reshape_cfg.stats_file, "w");
@@ -191,7 +200,8 @@ reshape_config_complete (void)
   }
   if (!reshape_cfg.sndbuf_set)
     reshape_sockbuf_default (&reshape_cfg);
-  reshape_pool_init (reshape_cfg.pool);
+  pool_init (reshape_cfg.pool);
+  pool_set_reclaim (reshape_export_shrink_caches);
   return 0;
 }
 

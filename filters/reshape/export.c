@@ -86,16 +86,18 @@ reshape_export_put (struct reshape_export *exp)
   pthread_mutex_unlock (&registry_lock);
 }
 
-/* The pool is short: every export's cache gives its memory back. */
+/* Requests are short of memory: the caches give back at least want
+ * bytes, the least recently used data of each first.
+ */
 uint64_t
-reshape_export_shrink_caches (void)
+reshape_export_shrink_caches (uint64_t want)
 {
   struct reshape_export *exp;
   uint64_t freed = 0;
 
   pthread_mutex_lock (&registry_lock);
-  for (exp = exports; exp != NULL; exp = exp->next)
-    freed += cache_shrink (&exp->cache);
+  for (exp = exports; exp != NULL && freed < want; exp = exp->next)
+    freed += cache_shrink (&exp->cache, want - freed);
   pthread_mutex_unlock (&registry_lock);
   return freed;
 }

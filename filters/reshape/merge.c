@@ -238,13 +238,13 @@ send_group (nbdkit_next *next, struct reshape_handle *h, struct group *g,
 
   if (g->n == 1)                        /* alone: no copy */
     return send_alone (next, h, g->write, g->members, err);
-  reshape_stats_add (C_MERGES, g->n);
-  buf = reshape_pool_get (len);
+  buf = pool_get (POOL_REQUEST, len);
   if (buf == NULL) {
-    *err = errno;
-    nbdkit_error ("reshape: merge buffer: %m");
+    /* No memory to spare: each member goes alone (see merged). */
+    *err = ENOMEM;
     return -1;
   }
+  reshape_stats_add (C_MERGES, g->n);
   if (g->write) {
     for (mb = g->members; mb; mb = mb->next)
       memcpy (buf + (mb->offset - g->lo), mb->wbuf, mb->count);
@@ -255,7 +255,7 @@ send_group (nbdkit_next *next, struct reshape_handle *h, struct group *g,
     for (mb = g->members; r == 0 && mb; mb = mb->next)
       memcpy (mb->rbuf, buf + (mb->offset - g->lo), mb->count);
   }
-  reshape_pool_put (buf, len);
+  pool_put (POOL_REQUEST, buf, len);
   return r;
 }
 
@@ -351,7 +351,7 @@ static bool
 mergeable (const struct reshape_handle *h, uint32_t count)
 {
   return reshape_cfg.merge && reshape_parallel_ok && h->geo.min == 1 &&
-    count < h->geo.size;
+    count < h->geo.size && h->geo.size <= pool_largest (POOL_REQUEST);
 }
 
 int

@@ -5,30 +5,55 @@
  * The buffer pool.  Every buffer the filter needs comes from here:
  * page-aligned, sized in powers of 2, kept on free lists when returned
  * so the next request reuses warm memory instead of calling malloc.
- * The total the pool holds (idle and in use) is capped; at the cap a
- * caller waits for a buffer to come back.
+ * The total the pool holds (idle and in use) never exceeds the cap,
+ * reshape-pool, and this file alone shares it out:
  *
- * Why it cannot deadlock: nobody asks for a buffer while holding
- * another one (callers take one buffer at a time and return it before
- * the next), so every buffer in use is returned without waiting.  A
- * request larger than the whole cap is let through, alone, when
- * nothing else is in use.
+ *   reserve    POOL_BOUNCE_MAX (64K), for bounce buffers only;
+ *   staging    a quarter of the rest, for write-back blocks;
+ *   requests   the other three quarters, for readahead windows being
+ *   and cache  filled and merge buffers, of which the cache may keep
+ *              up to two thirds; the cache gives memory back (the
+ *              reclaim callback) when requests need it.
+ *
+ * No single buffer other than a bounce buffer is larger than a quarter
+ * of the rest (rounded down to a power of 2): pool_largest tells
+ * callers, who size their windows and blocks by it.
+ *
+ * Why no parameter values can deadlock.  Buffers are held while
+ * asking for others: a readahead window or a merge buffer, or a
+ * staged block being written back, needs a bounce buffer when a piece
+ * of it is a partial block.  So:
+ *
+ *   1. Only POOL_BOUNCE waits.  Every other use takes memory that is
+ *      there at once, or goes without: a read is sent directly instead
+ *      of read ahead, merged requests go alone, a write goes through
+ *      instead of being staged.
+ *   2. A thread holding a bounce buffer asks for nothing else: it
+ *      reads, patches and writes one block, and returns the buffer.
+ *   3. The other uses together stay within cap - reserve, so at least
+ *      the reserve is left to bounce buffers, and no bounce buffer is
+ *      larger than the reserve.
+ *
+ * A bounce request therefore waits only for other bounce buffers,
+ * whose holders wait for nothing but the plugin: every wait ends.
  */
 
 #include <config.h>
 
-#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <unistd.h>
 #include <sys/mman.h>
 
 #include <nbdkit-filter.h>
 
+#include "common.h"
+#include "pool.h"
 #include "reshape.h"
+
+NBDKIT_DLL_PUBLIC int reshape_debug_pool;
 
 #define MIN_SHIFT 12                    /* 4K, one page */
 #define NCLASSES 20                     /* 4K .. 2G */
@@ -38,18 +63,48 @@ struct free_buf {
   struct free_buf *next;
 };
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t returned = PTHREAD_COND_INITIALIZER;
-static struct free_buf *free_list[NCLASSES];
-static uint64_t cap;                    /* reshape-pool */
-static uint64_t total;                  /* bytes allocated, idle or not */
-static uint64_t idle;                   /* bytes on the free lists */
-static unsigned waiters;                /* threads waiting for memory */
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t returned;
+  struct free_buf *free_list[NCLASSES];
+  uint64_t cap;                     /* reshape-pool */
+  uint64_t share[POOL_USES];        /* budget of each use */
+  uint32_t largest;                 /* largest single non-bounce buffer */
+  uint64_t total;                   /* bytes allocated, idle or not */
+  uint64_t idle;                    /* bytes on the free lists */
+  uint64_t used[POOL_USES];         /* bytes in use, by use */
+  uint64_t (*reclaim) (uint64_t want);
+} pool = {
+  .lock = PTHREAD_MUTEX_INITIALIZER,
+  .returned = PTHREAD_COND_INITIALIZER,
+};
 
 void
-reshape_pool_init (uint64_t c)
+pool_init (uint64_t cap)
 {
-  cap = c;
+  const uint64_t rest = cap > POOL_BOUNCE_MAX ? cap - POOL_BOUNCE_MAX : 0;
+  SCOPED_LOCK (&pool.lock);
+
+  pool.cap = cap;
+  pool.share[POOL_BOUNCE] = cap;
+  pool.share[POOL_STAGING] = rest / 4;
+  pool.share[POOL_REQUEST] = rest - rest / 4;     /* with the cache */
+  pool.share[POOL_CACHE] = pool.share[POOL_REQUEST] * 2 / 3;
+  pool.largest = rest / 4 >= (1 << MIN_SHIFT) ?
+    min_u64 (pow2_floor (rest / 4), UINT32_MAX / 2 + 1) : 0;
+}
+
+void
+pool_set_reclaim (uint64_t (*reclaim) (uint64_t want))
+{
+  SCOPED_LOCK (&pool.lock);
+  pool.reclaim = reclaim;
+}
+
+uint32_t
+pool_largest (enum pool_use use)
+{
+  return use == POOL_BOUNCE ? POOL_BOUNCE_MAX : pool.largest;
 }
 
 static unsigned
@@ -69,9 +124,28 @@ class_bytes (unsigned c)
   return (uint64_t) 1 << (c + MIN_SHIFT);
 }
 
+static uint64_t
+in_use (void)
+{
+  return pool.total - pool.idle;
+}
+
+/* Does want more bytes of use fit its share?  Requests and the cache
+ * share one budget.  Lock held.
+ */
+static bool
+share_has_room (enum pool_use use, uint64_t want)
+{
+  uint64_t used = pool.used[use];
+
+  if (use == POOL_REQUEST)
+    used += pool.used[POOL_CACHE];
+  return used + want <= pool.share[use];
+}
+
 /* Give one idle buffer back to the system to make room.  The largest
  * goes first: it frees most room for the fewest lost buffers.
- * Called with the lock held.  Returns false if nothing was idle.
+ * Lock held.  Returns false if nothing was idle.
  */
 static bool
 release_one_idle (void)
@@ -79,11 +153,11 @@ release_one_idle (void)
   int c;
 
   for (c = NCLASSES - 1; c >= 0; c--) {
-    struct free_buf *b = free_list[c];
+    struct free_buf *b = pool.free_list[c];
     if (b) {
-      free_list[c] = b->next;
-      idle -= class_bytes (c);
-      total -= class_bytes (c);
+      pool.free_list[c] = b->next;
+      pool.idle -= class_bytes (c);
+      pool.total -= class_bytes (c);
       free (b);
       return true;
     }
@@ -91,7 +165,7 @@ release_one_idle (void)
   return false;
 }
 
-/* Allocate outside the lock; room was reserved in total already.
+/* Allocate outside the lock; room was reserved in pool.total already.
  * Buffers of 2M and up (readahead windows, big staging blocks) are
  * aligned to and advised into huge pages where the kernel allows:
  * filling a fresh 8M window otherwise takes 2048 page faults, which in
@@ -99,7 +173,7 @@ release_one_idle (void)
  * plugin: 0.86 s, of which 0.67 s is the client's own floor).
  */
 static void *
-allocate (unsigned c)
+allocate (enum pool_use use, unsigned c)
 {
   const size_t len = class_bytes (c);
   const size_t align = len >= HUGE_PAGE ? HUGE_PAGE : 4096;
@@ -107,10 +181,10 @@ allocate (unsigned c)
   int r = posix_memalign (&p, align, len);
 
   if (r != 0) {
-    pthread_mutex_lock (&lock);
-    total -= class_bytes (c);
-    pthread_cond_broadcast (&returned);
-    pthread_mutex_unlock (&lock);
+    SCOPED_LOCK (&pool.lock);
+    pool.total -= len;
+    pool.used[use] -= len;
+    pthread_cond_broadcast (&pool.returned);
     errno = r;
     return NULL;
   }
@@ -122,109 +196,122 @@ allocate (unsigned c)
   return p;
 }
 
-static void *pool_get (uint32_t len, bool wait);
-
-void *
-reshape_pool_get (uint32_t len)
-{
-  return pool_get (len, true);
-}
-
-/* For memory kept a long time (staging): never waits, NULL if full. */
-void *
-reshape_pool_try_get (uint32_t len)
-{
-  return pool_get (len, false);
-}
-
+/* Take a buffer of class c for use if the cap and the use's share
+ * allow it now.  Lock held.  Returns the buffer, or NULL with *alloc
+ * set when one must be allocated (room is reserved), or NULL with
+ * *alloc false when there is no room.
+ */
 static void *
-pool_get (uint32_t len, bool wait)
+take (enum pool_use use, unsigned c, bool *alloc)
+{
+  const uint64_t want = class_bytes (c);
+  struct free_buf *b;
+
+  *alloc = false;
+  if (!share_has_room (use, want))
+    return NULL;
+  b = pool.free_list[c];
+  if (b) {
+    pool.free_list[c] = b->next;
+    pool.idle -= want;
+    pool.used[use] += want;
+    reshape_stats_add (C_POOL_REUSES, 1);
+    return b;
+  }
+  while (pool.total + want > pool.cap)
+    if (!release_one_idle ())
+      return NULL;
+  pool.total += want;
+  pool.used[use] += want;
+  reshape_stats_max (C_POOL_HIGH, pool.total);
+  *alloc = true;
+  return NULL;
+}
+
+void *
+pool_get (enum pool_use use, uint32_t len)
 {
   const unsigned c = class_of (len);
-  const uint64_t want = class_bytes (c);
-  bool waited = false;
-  uint64_t freed;
+  bool alloc, waited = false, reclaimed = false;
+  void *b;
 
-  pthread_mutex_lock (&lock);
+  assert (use != POOL_CACHE);
+  if (use == POOL_BOUNCE ? len > POOL_BOUNCE_MAX : len > pool.largest) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  pthread_mutex_lock (&pool.lock);    /* dropped to reclaim and wait */
   for (;;) {
-    struct free_buf *b = free_list[c];
-    if (b) {
-      free_list[c] = b->next;
-      idle -= want;
-      pthread_mutex_unlock (&lock);
-      reshape_stats_add (C_POOL_REUSES, 1);
-      return b;
-    }
-    /* Room under the cap, or alone and oversized: allocate. */
-    if (total + want <= cap || total == 0) {
-      total += want;
-      reshape_stats_max (C_POOL_HIGH, total);
-      pthread_mutex_unlock (&lock);
-      return allocate (c);
-    }
-    if (release_one_idle ())
+    b = take (use, c, &alloc);
+    if (b || alloc)
+      break;
+    if (use == POOL_REQUEST && !reclaimed && pool.reclaim) {
+      /* The cache gives back what it keeps (through pool_put). */
+      uint64_t (*reclaim) (uint64_t) = pool.reclaim;
+      reclaimed = true;
+      pthread_mutex_unlock (&pool.lock);
+      reclaim (class_bytes (c));
+      pthread_mutex_lock (&pool.lock);
       continue;
-    if (!wait) {
-      pthread_mutex_unlock (&lock);
-      return NULL;
     }
-    /* The caches hold memory that they can give back.  Ask them, with
-     * the pool unlocked (they return buffers through the pool).
-     */
-    pthread_mutex_unlock (&lock);
-    freed = reshape_export_shrink_caches ();
-    pthread_mutex_lock (&lock);
-    if (freed)
-      continue;
+    if (use != POOL_BOUNCE)
+      break;
     if (!waited) {
       reshape_stats_add (C_POOL_WAITS, 1);
       if (reshape_debug_pool)
-        nbdkit_debug ("reshape: pool: waiting for %" PRIu64 " bytes "
-                      "(%" PRIu64 " of %" PRIu64 " in use)",
-                      want, total - idle, cap);
+        nbdkit_debug ("reshape: pool: bounce buffer waits for %" PRIu64
+                      " bytes (%" PRIu64 " of %" PRIu64 " in use)",
+                      class_bytes (c), in_use (), pool.cap);
       waited = true;
     }
-    __atomic_add_fetch (&waiters, 1, __ATOMIC_RELAXED);
-    pthread_cond_wait (&returned, &lock);
-    __atomic_sub_fetch (&waiters, 1, __ATOMIC_RELAXED);
+    pthread_cond_wait (&pool.returned, &pool.lock);
   }
-}
-
-/* Is anybody waiting for memory?  Then nothing should keep any. */
-bool
-reshape_pool_pressure (void)
-{
-  return __atomic_load_n (&waiters, __ATOMIC_RELAXED) > 0;
+  pthread_mutex_unlock (&pool.lock);
+  if (alloc)
+    return allocate (use, c);
+  if (b == NULL)
+    errno = ENOMEM;
+  return b;
 }
 
 void
-reshape_pool_put (void *buf, uint32_t len)
+pool_put (enum pool_use use, void *buf, uint32_t len)
 {
   const unsigned c = class_of (len);
   struct free_buf *b = buf;
+  SCOPED_LOCK (&pool.lock);
 
   if (buf == NULL)
     return;
-  pthread_mutex_lock (&lock);
-  if (total > cap) {
-    /* The oversized exception (or a lowered cap): do not keep it. */
-    total -= class_bytes (c);
-    free (buf);
-  }
-  else {
-    b->next = free_list[c];
-    free_list[c] = b;
-    idle += class_bytes (c);
-  }
-  pthread_cond_broadcast (&returned);
-  pthread_mutex_unlock (&lock);
+  assert (pool.used[use] >= class_bytes (c));
+  pool.used[use] -= class_bytes (c);
+  b->next = pool.free_list[c];
+  pool.free_list[c] = b;
+  pool.idle += class_bytes (c);
+  pthread_cond_broadcast (&pool.returned);
+}
+
+bool
+pool_keep (uint32_t len)
+{
+  const uint64_t bytes = class_bytes (class_of (len));
+  SCOPED_LOCK (&pool.lock);
+
+  /* Requests and the cache share a budget: only the cache's own
+   * bound is new to the buffer.
+   */
+  if (pool.used[POOL_CACHE] + bytes > pool.share[POOL_CACHE])
+    return false;
+  pool.used[POOL_REQUEST] -= bytes;
+  pool.used[POOL_CACHE] += bytes;
+  return true;
 }
 
 void
-reshape_pool_free_all (void)
+pool_free_all (void)
 {
-  pthread_mutex_lock (&lock);
+  SCOPED_LOCK (&pool.lock);
+
   while (release_one_idle ())
     ;
-  pthread_mutex_unlock (&lock);
 }

@@ -32,6 +32,7 @@
 
 #include <nbdkit-filter.h>
 
+#include "common.h"
 #include "reshape.h"
 
 void
@@ -51,15 +52,17 @@ reshape_readahead_destroy (struct readahead *ra)
   pthread_mutex_destroy (&ra->lock);
 }
 
-/* Largest window worth filling: the cap, and what the cache can keep. */
+/* Largest window worth filling: reshape-readahead, within what the
+ * pool can lend one request, in whole minimum blocks (a window end
+ * inside a block would need a bounce buffer for nothing).
+ */
 static uint32_t
 window_cap (const struct geometry *geo)
 {
-  uint64_t cap = reshape_cfg.readahead;
+  uint64_t cap = min_u64 (reshape_cfg.readahead,
+                          pool_largest (POOL_REQUEST));
 
-  if (cap > reshape_cfg.pool / 4)
-    cap = reshape_cfg.pool / 4;
-  return cap;
+  return round_down (cap, geo->min);
 }
 
 #define ALONE_RUN 4
@@ -127,18 +130,16 @@ fill (nbdkit_next *next, struct reshape_handle *h, uint32_t window,
   int r;
 
   if (hi < offset + count)           /* whole blocks: no bounce buffer */
-    hi = offset + count + (h->geo.min - (offset + count) % h->geo.min)
-      % h->geo.min;
-  if (hi > h->geo.exportsize)
-    hi = h->geo.exportsize;
+    hi = round_up (offset + count, h->geo.min);
+  hi = min_u64 (hi, h->geo.exportsize);
   len = hi - lo;
   /* Staged writes in the window go first, before we hold a buffer: a
    * write-back may itself need one (read-modify-write).
    */
   if (reshape_writeback_drain (next, h, lo, hi, err) == -1)
     return -1;
-  data = reshape_pool_get (len);
-  if (data == NULL)
+  data = pool_get (POOL_REQUEST, len);
+  if (data == NULL)                  /* no memory to spare: read directly */
     return reshape_split_pread (next, h, buf, count, offset, err);
   cache_fill_begin (&h->exp->cache, &f, lo, hi);
   r = reshape_split_pread (next, h, data, len, lo, err);
@@ -147,7 +148,7 @@ fill (nbdkit_next *next, struct reshape_handle *h, uint32_t window,
     reshape_stats_add (C_RA_FILLED, len);
   }
   if (!cache_fill_end (&h->exp->cache, &f, data, len, r == 0))
-    reshape_pool_put (data, len);
+    pool_put (POOL_REQUEST, data, len);
   return r;
 }
 

@@ -17,7 +17,6 @@
 
 NBDKIT_DLL_PUBLIC int reshape_debug_split;
 NBDKIT_DLL_PUBLIC int reshape_debug_rmw;
-NBDKIT_DLL_PUBLIC int reshape_debug_pool;
 NBDKIT_DLL_PUBLIC int reshape_debug_sockbuf;
 
 /* Twice in one stack, the copies would share one set of globals (and
@@ -35,7 +34,7 @@ static void
 reshape_unload (void)
 {
   reshape_stats_report (reshape_cfg.stats_file);
-  reshape_pool_free_all ();
+  pool_free_all ();
   reshape_config_free ();
 }
 

@@ -34,6 +34,7 @@
 #include "walk.h"
 #include "rangelock.h"
 #include "cache.h"
+#include "pool.h"
 
 /* Largest payload the nbdkit server accepts from a client. */
 #define RESHAPE_CLIENT_MAX (64 * 1024 * 1024)
@@ -111,7 +112,7 @@ struct reshape_export {
 };
 extern struct reshape_export *reshape_export_get (const char *name);
 extern void reshape_export_put (struct reshape_export *exp);
-extern uint64_t reshape_export_shrink_caches (void);
+extern uint64_t reshape_export_shrink_caches (uint64_t want);
 extern void reshape_export_invalidate (uint64_t lo, uint64_t hi);
 
 
@@ -219,13 +220,6 @@ extern int reshape_align_read (nbdkit_next *next, const struct piece *p,
 extern int reshape_align_write (nbdkit_next *next, const struct piece *p,
                                 const void *src, uint32_t flags, int *err);
 
-/* pool.c: page-aligned buffers, recycled, total capped. */
-extern void reshape_pool_init (uint64_t cap);
-extern void reshape_pool_free_all (void);
-extern void *reshape_pool_get (uint32_t len);
-extern void *reshape_pool_try_get (uint32_t len);
-extern bool reshape_pool_pressure (void);
-extern void reshape_pool_put (void *buf, uint32_t len);
 
 /* workers.c: helper threads for parallel pieces and background work. */
 extern int reshape_workers_start (unsigned n);

@@ -179,7 +179,7 @@ write_back (nbdkit_next *next, struct reshape_handle *h,
   unlink_block (wb, b);
   pthread_cond_broadcast (&wb->changed);
   pthread_mutex_unlock (&wb->lock);
-  reshape_pool_put (b->buf, b->len);
+  pool_put (POOL_STAGING, b->buf, b->len);
   free (b);
   return r;                     /* 0 or the error */
 }
@@ -326,8 +326,8 @@ stage (nbdkit_next *next, struct reshape_handle *h, const char *buf,
     uint32_t len = (end < h->geo.exportsize ? end : h->geo.exportsize) - boff;
     char *mem;
 
-    if (__atomic_load_n (&staged_bytes, __ATOMIC_RELAXED) + len >
-        reshape_cfg.pool / 4) {
+    mem = pool_get (POOL_STAGING, len);
+    if (mem == NULL) {
       /* Staging is full: make room once, else write through. */
       pthread_mutex_unlock (&wb->lock);
       if (*evicted || !evict_one (next, h, wb))
@@ -336,10 +336,9 @@ stage (nbdkit_next *next, struct reshape_handle *h, const char *buf,
       pthread_mutex_lock (&wb->lock);
       goto again;
     }
-    mem = reshape_pool_try_get (len);
-    b = mem ? malloc (sizeof *b) : NULL;
+    b = malloc (sizeof *b);
     if (b == NULL) {
-      reshape_pool_put (mem, len);
+      pool_put (POOL_STAGING, mem, len);
       pthread_mutex_unlock (&wb->lock);
       return 0;
     }
@@ -374,7 +373,7 @@ reshape_writeback_pwrite (nbdkit_next *next, struct reshape_handle *h,
   uint64_t pos = offset;
 
   if (!reshape_cfg.writeback || (flags & NBDKIT_FLAG_FUA) ||
-      count >= size || reshape_cfg.pool / 4 < size)
+      count >= size || pool_largest (POOL_STAGING) < size)
     goto through;
   while (pos < offset + count) {
     uint64_t block_end = pos - pos % size + size;

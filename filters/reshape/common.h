@@ -1,0 +1,112 @@
+/* nbdkit-reshape-filter
+ * Copyright the nbdkit-reshape-filter authors.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * Small helpers every file may use: arithmetic on sizes, cleanup
+ * attributes and scoped locks, the clock.  No nbdkit headers, so that
+ * the unit tests can use it too.  (nbdkit's own common/ directory
+ * holds similar helpers, but it is not installed for filters built
+ * outside its tree.)
+ */
+
+#ifndef NBDKIT_RESHAPE_COMMON_H
+#define NBDKIT_RESHAPE_COMMON_H
+
+#include <assert.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+#include <pthread.h>
+
+#define KiB UINT64_C(1024)
+#define MiB (1024 * KiB)
+#define GiB (1024 * MiB)
+
+static inline uint64_t
+min_u64 (uint64_t a, uint64_t b)
+{
+  return a < b ? a : b;
+}
+
+static inline uint64_t
+max_u64 (uint64_t a, uint64_t b)
+{
+  return a > b ? a : b;
+}
+
+static inline bool
+is_power_of_2 (uint64_t v)
+{
+  return v && (v & (v - 1)) == 0;
+}
+
+/* Multiples of m (m > 0, any value, not only powers of 2). */
+static inline uint64_t
+round_down (uint64_t v, uint64_t m)
+{
+  return v - v % m;
+}
+
+static inline uint64_t
+round_up (uint64_t v, uint64_t m)
+{
+  return v % m ? v + (m - v % m) : v;
+}
+
+/* The largest power of 2 not above v (v > 0). */
+static inline uint64_t
+pow2_floor (uint64_t v)
+{
+  uint64_t p = 1;
+
+  assert (v > 0);
+  while (p <= v / 2)
+    p *= 2;
+  return p;
+}
+
+static inline uint64_t
+now_ns (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * UINT64_C(1000000000) + ts.tv_nsec;
+}
+
+/* CLEANUP_FREE char *p = malloc (...): freed when p goes out of scope. */
+static inline void
+free_cleanup (void *ptr)
+{
+  free (*(void **) ptr);
+}
+#define CLEANUP_FREE __attribute__ ((cleanup (free_cleanup)))
+
+/* SCOPED_LOCK (&m): m is locked from here to the end of the scope.
+ * Functions that drop and retake a lock inside one scope use explicit
+ * pthread_mutex_lock/unlock instead, and say so.
+ */
+static inline pthread_mutex_t *
+scoped_lock_take (pthread_mutex_t *m)
+{
+  int r = pthread_mutex_lock (m);
+
+  assert (r == 0);
+  return m;
+}
+static inline void
+scoped_lock_release (pthread_mutex_t **m)
+{
+  int r = pthread_mutex_unlock (*m);
+
+  assert (r == 0);
+}
+#define SCOPED_LOCK_NAME_(line) scoped_lock_##line
+#define SCOPED_LOCK_NAME(line) SCOPED_LOCK_NAME_ (line)
+#define SCOPED_LOCK(m)                                                  \
+  pthread_mutex_t *SCOPED_LOCK_NAME (__LINE__)                          \
+  __attribute__ ((cleanup (scoped_lock_release), unused)) =             \
+    scoped_lock_take (m)
+
+#endif /* NBDKIT_RESHAPE_COMMON_H */
