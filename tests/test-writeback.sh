@@ -2,7 +2,8 @@
 # reshape-writeback=true: small writes are staged and acknowledged;
 # they reach the plugin combined, on flush, before overlapping reads
 # and block status, and at connection close (SIGTERM included); a
-# deferred failure is returned by the next flush.
+# write-back the plugin refuses stays staged and readable, and fails
+# every flush until the plugin takes it.
 source "$srcdir/functions.sh"
 requires nbdsh --version
 test -f "$MODEL" || { echo "model plugin not built"; exit 77; }
@@ -31,31 +32,44 @@ for i in range(100):
     assert d[o:o + 3000] == bytes([65 + i % 26]) * 3000, "write %d lost" % i
 print("all 100 staged writes reached the file")' "$tmp/disk"
 
-# A deferred EIO is returned by the next flush of every connection
-# that could have staged it (multi-conn: all of them), once each; the
-# failure is logged.
-nbdkit -U - --filter="$FILTER" --filter=error memory 4M \
-  error-pwrite=EIO error-pwrite-rate=100% reshape-writeback=true \
+# A write-back the plugin refuses keeps the data staged: every
+# connection still reads it, every flush fails while the plugin
+# refuses, and once it accepts, the next flush writes it (the error
+# filter fails writes while $tmp/refuse exists).  At close, data the
+# plugin still refuses is given up with an error naming the bytes.
+truncate -s 0 "$tmp/disk"; truncate -s 4M "$tmp/disk"
+export REFUSE="$tmp/refuse" DISK="$tmp/disk"
+nbdkit -U - --filter="$FILTER" --filter=error file "$tmp/disk" \
+  error-pwrite=EIO error-pwrite-rate=100% error-file="$tmp/refuse" \
+  reshape-writeback=true \
   --run 'nbdsh -u "$uri" -c "
-import errno
+refuse = os.environ[\"REFUSE\"]
+open(refuse, \"w\").close()
 h.pwrite(b\"x\" * 100, 0)          # staged: acknowledged
 h2 = nbd.NBD(); h2.connect_uri(h.get_uri())
-try:
-    h2.flush()
-    raise SystemExit(\"flush hid a failed deferred write\")
-except nbd.Error as e:
-    assert \"Input/output error\" in e.string, e.string
-    print(\"flush reported:\", e.string)
-try:
-    h.flush()
-    raise SystemExit(\"the writing connection flush hid the failure\")
-except nbd.Error as e:
-    print(\"writing connection flush reported:\", e.string)
-h.flush()                           # reported once each: clean again
-h2.flush()
-"' 2> "$tmp/err"
+assert h2.pread(100, 0) == b\"x\" * 100, \"staged data lost after a failure\"
+for c in (h2, h, h2):
+    try:
+        c.flush()
+        raise SystemExit(\"a flush hid a failed write-back\")
+    except nbd.Error as e:
+        assert \"Input/output error\" in e.string, e.string
+assert h.pread(100, 0) == b\"x\" * 100
+os.unlink(refuse)
+h2.flush()                           # the plugin takes it now
+assert open(os.environ[\"DISK\"], \"rb\").read(100) == b\"x\" * 100
+open(refuse, \"w\").close()
+h.pwrite(b\"y\" * 50, 4096)         # refused until the end
+assert h2.pread(50, 4096) == b\"y\" * 50
+print(\"kept staged through failures\")
+"' 2> "$tmp/err" || fail "write-back failures: $(cat "$tmp/err")"
+rm -f "$tmp/refuse"
 grep -q "deferred write of 100 bytes at 0 failed" "$tmp/err" ||
   fail "deferred failure not logged: $(cat "$tmp/err")"
+grep -q "50 acknowledged bytes at 4096 lost" "$tmp/err" ||
+  fail "data given up at close not named: $(cat "$tmp/err")"
+cmp -n 100 "$tmp/disk" <(printf 'x%.0s' $(seq 100)) ||
+  fail "the retried write-back did not reach the file"
 
 # Staged data is seen by another connection, and is not a hole.
 truncate -s 0 "$tmp/sparse"; truncate -s 4M "$tmp/sparse"

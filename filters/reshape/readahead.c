@@ -133,11 +133,12 @@ fill (nbdkit_next *next, struct reshape_handle *h, uint32_t window,
     hi = round_up (offset + count, h->geo.min);
   hi = min_u64 (hi, h->geo.exportsize);
   len = hi - lo;
-  /* Staged writes in the window go first, before we hold a buffer: a
-   * write-back may itself need one (read-modify-write).
+  /* Staged writes in the window go first.  Where some stay staged
+   * (held by a request, or refused by the plugin), the window would
+   * keep what the plugin has instead of them: read directly.
    */
-  if (reshape_writeback_drain (next, h, lo, hi, err) == -1)
-    return -1;
+  if (!reshape_writeback_clean (next, h, lo, hi))
+    return reshape_split_pread (next, h, buf, count, offset, err);
   data = pool_get (POOL_REQUEST, len);
   if (data == NULL)                  /* no memory to spare: read directly */
     return reshape_split_pread (next, h, buf, count, offset, err);

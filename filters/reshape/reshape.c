@@ -157,15 +157,19 @@ static int
 reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
                uint64_t offset, uint32_t flags, int *err)
 {
+  struct writeback_claim c;
+  int r;
+
   reshape_stats_client (OP_PREAD, count);
   reshape_sockbuf_reply (handle, count);
-  /* Staged writes there first (cache hits are never older: staging a
-   * write drops what it overlaps from the caches).
+  /* Staged writes there first; what the plugin would not take is laid
+   * over the read (cache hits are never older: staging a write drops
+   * what it overlaps from the caches).
    */
-  if (reshape_writeback_drain (next, handle, offset, offset + count,
-                               err) == -1)
-    return -1;
-  return reshape_readahead_pread (next, handle, buf, count, offset, err);
+  reshape_writeback_begin (next, handle, offset, offset + count, &c);
+  r = reshape_readahead_pread (next, handle, buf, count, offset, err);
+  reshape_writeback_end_read (&c, buf, count, offset, r == 0);
+  return r;
 }
 
 static int
@@ -182,8 +186,10 @@ reshape_pwrite (nbdkit_next *next, void *handle, const void *buf,
   return r;
 }
 
-/* Zero and trim: staged writes there go first, and cached data there
- * is dropped before the reply, whatever the outcome.
+/* Zero and trim: staged writes there go first (a zero is copied into
+ * those the plugin would not take; a trim leaves them, any contents
+ * being right after a trim), and cached data there is dropped before
+ * the reply, whatever the outcome.
  */
 typedef int (*data_less_fn) (nbdkit_next *next, struct reshape_handle *h,
                              uint32_t count, uint64_t offset,
@@ -194,12 +200,16 @@ data_less (enum reshape_op op, data_less_fn fn, nbdkit_next *next,
            struct reshape_handle *h, uint32_t count, uint64_t offset,
            uint32_t flags, int *err)
 {
+  struct writeback_claim c;
   int r;
 
   reshape_stats_client (op, count);
-  if (reshape_writeback_drain (next, h, offset, offset + count, err) == -1)
-    return -1;
+  reshape_writeback_begin (next, h, offset, offset + count, &c);
   r = fn (next, h, count, offset, flags, err);
+  if (op == OP_ZERO)
+    reshape_writeback_end_write (&c, NULL, count, offset, r == 0);
+  else
+    reshape_writeback_release (&c);
   reshape_export_invalidate (offset, offset + count);
   return r;
 }
@@ -233,11 +243,20 @@ reshape_extents (nbdkit_next *next, void *handle, uint32_t count,
                  uint64_t offset, uint32_t flags,
                  struct nbdkit_extents *extents, int *err)
 {
+  struct writeback_claim c;
+  bool staged;
+
   reshape_stats_client (OP_EXTENTS, count);
-  /* Staged data would otherwise look like a hole. */
-  if (reshape_writeback_drain (next, handle, offset, offset + count,
-                               err) == -1)
+  /* Staged data would otherwise look like a hole, or like what the
+   * plugin has: while the plugin will not take it, fail.
+   */
+  reshape_writeback_begin (next, handle, offset, offset + count, &c);
+  staged = c.list != NULL;
+  reshape_writeback_release (&c);
+  if (staged) {
+    *err = c.err;
     return -1;
+  }
   return reshape_split_extents (next, handle, count, offset, flags,
                                 extents, err);
 }
@@ -245,15 +264,18 @@ reshape_extents (nbdkit_next *next, void *handle, uint32_t count,
 static int
 reshape_flush (nbdkit_next *next, void *handle, uint32_t flags, int *err)
 {
-  int wb_err = 0;
+  int wb_err = 0, r;
 
   reshape_stats_client (OP_FLUSH, 0);
-  /* Staged writes first; a deferred failure is reported here. */
-  reshape_writeback_flush (next, handle, &wb_err);
+  /* Staged writes first; the plugin's flush makes durable what they
+   * got there, even when some of them failed (those stay staged and
+   * fail this flush).
+   */
+  r = reshape_writeback_flush (next, handle, &wb_err);
   reshape_stats_plugin (OP_FLUSH, 0);
   if (next->flush (next, flags, err) == -1)
     return -1;
-  if (wb_err) {
+  if (r == -1) {
     *err = wb_err;
     return -1;
   }

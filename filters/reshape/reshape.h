@@ -95,8 +95,7 @@ struct writeback {
   pthread_mutex_t lock;
   pthread_cond_t changed;
   struct wb_block *blocks;  /* newest first */
-  uint64_t failures;        /* failed write-backs of shared blocks */
-  int last_error;
+  unsigned conns;           /* connections open to the export */
 };
 extern void reshape_writeback_init (struct writeback *wb);
 extern void reshape_writeback_destroy (struct writeback *wb);
@@ -137,8 +136,6 @@ struct reshape_handle {
   struct geometry geo;
   struct readahead ra;
   bool multi_conn;          /* the plugin allows multi-conn */
-  uint64_t wb_seen;         /* export's write-back failures reported */
-  int wb_failed;            /* failure of a block this connection owned */
   uint64_t piece_ns[2];     /* mean ns per piece of the last split
                                read [0] and write, zero, trim [1] */
   bool sndbuf_pending;      /* default send buffer not raised yet */
@@ -166,9 +163,38 @@ extern int reshape_writeback_pwrite (nbdkit_next *next,
                                      const void *buf, uint32_t count,
                                      uint64_t offset, uint32_t flags,
                                      int *err);
-extern int reshape_writeback_drain (nbdkit_next *next,
-                                    struct reshape_handle *h,
-                                    uint64_t lo, uint64_t hi, int *err);
+
+/* Around a request on [lo, hi): begin writes back the staged blocks
+ * there; those that fail stay staged, held by the claim until the
+ * request is done.  Then end_read lays their bytes over what a read
+ * got (ok: it succeeded), end_write copies what a write sent through
+ * into them (src NULL: zeros), release just lets them go (trim, or
+ * nothing to do).  c.err is the first write-back error, c.list NULL
+ * if nothing staged is left there.
+ */
+struct writeback_claim {
+  struct writeback *wb;
+  struct wb_block *list;
+  int err;
+};
+extern void reshape_writeback_begin (nbdkit_next *next,
+                                     struct reshape_handle *h,
+                                     uint64_t lo, uint64_t hi,
+                                     struct writeback_claim *c);
+extern void reshape_writeback_end_read (struct writeback_claim *c,
+                                        void *buf, uint32_t count,
+                                        uint64_t offset, bool ok);
+extern void reshape_writeback_end_write (struct writeback_claim *c,
+                                         const void *src, uint32_t count,
+                                         uint64_t offset, bool ok);
+extern void reshape_writeback_release (struct writeback_claim *c);
+/* Is nothing staged in [lo, hi) any more, after writing back what is
+ * not held by anybody?  Never waits (readahead: a window may be
+ * filled only where the plugin has everything).
+ */
+extern bool reshape_writeback_clean (nbdkit_next *next,
+                                     struct reshape_handle *h,
+                                     uint64_t lo, uint64_t hi);
 extern int reshape_writeback_flush (nbdkit_next *next,
                                     struct reshape_handle *h, int *err);
 extern void reshape_writeback_finalize (nbdkit_next *next,
