@@ -4,24 +4,28 @@
  *
  * The per-export read cache.  Entries are pool buffers, each holding
  * one contiguous range read by readahead.  The pool decides how much
- * all exports' caches may keep (pool_keep); when requests are short of
- * memory, the pool asks the caches to give some back (cache_shrink).
+ * all caches together may keep (pool_keep); when requests are short of
+ * memory, the pool asks the caches to give some back (cache_reclaim).
  *
- * Coherence: every write, zero and trim calls cache_invalidate for its
- * range before it is acknowledged, which drops overlapping entries and
- * marks overlapping fills in progress stale, so data read before the
- * write can never be kept after it.
+ * Coherence: every write, zero and trim calls cache_invalidate_all for
+ * its range before it is acknowledged, which drops overlapping entries
+ * and marks overlapping fills in progress stale, so data read before
+ * the write can never be kept after it.
+ *
+ * Locks: the list of live caches has its own lock, taken to create or
+ * free a cache and by invalidate_all and reclaim, which then take each
+ * cache's lock in turn (always in that order).
  */
 
 #include <config.h>
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <nbdkit-filter.h>
-
+#include "cache.h"
 #include "common.h"
-#include "reshape.h"
+#include "pool.h"
 
 struct cache_entry {
   uint64_t off;
@@ -30,27 +34,44 @@ struct cache_entry {
   struct cache_entry *next;
 };
 
-static uint64_t cached_bytes;          /* all exports, atomic */
-static unsigned fills_active;          /* fills in progress, atomic */
+struct cache {
+  pthread_mutex_t lock;
+  struct cache_entry *entries;      /* most recently used first */
+  struct cache_fill *fills;
+  struct cache *next;               /* the live list */
+};
+
+static struct {
+  pthread_mutex_t lock;             /* the list, never data */
+  struct cache *list;
+  uint64_t cached_bytes;            /* atomic */
+  unsigned fills_active;            /* atomic */
+} live = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* Could any cache hold, or be about to keep, data?  Lets writes skip
- * the invalidation (and its registry lock) when readahead is idle.  A
- * fill counts from before it reads the plugin, so one that could see
- * data older than a write is always seen here by that write.
+ * the invalidation (and its locks) when readahead is idle.  A fill
+ * counts from before it reads the plugin, so one that could see data
+ * older than a write is always seen here by that write.
  */
-bool
-cache_anything (void)
+static bool
+anything (void)
 {
-  return __atomic_load_n (&fills_active, __ATOMIC_SEQ_CST) > 0 ||
-    __atomic_load_n (&cached_bytes, __ATOMIC_SEQ_CST) > 0;
+  return __atomic_load_n (&live.fills_active, __ATOMIC_SEQ_CST) > 0 ||
+    __atomic_load_n (&live.cached_bytes, __ATOMIC_SEQ_CST) > 0;
 }
 
-void
-cache_init (struct cache *c)
+struct cache *
+cache_new (void)
 {
+  struct cache *c = calloc (1, sizeof *c);
+
+  if (c == NULL)
+    return NULL;
   pthread_mutex_init (&c->lock, NULL);
-  c->entries = NULL;
-  c->fills = NULL;
+  SCOPED_LOCK (&live.lock);
+  c->next = live.list;
+  live.list = c;
+  return c;
 }
 
 static void
@@ -59,19 +80,49 @@ drop (struct cache_entry **pp)
   struct cache_entry *e = *pp;
 
   *pp = e->next;
-  __atomic_sub_fetch (&cached_bytes, e->len, __ATOMIC_SEQ_CST);
+  __atomic_sub_fetch (&live.cached_bytes, e->len, __ATOMIC_SEQ_CST);
   pool_put (POOL_CACHE, e->buf, e->len);
   free (e);
 }
 
-void
-cache_destroy (struct cache *c)
+/* Drop the least recently used entry; false if there is none.  Lock
+ * held.
+ */
+static bool
+drop_oldest (struct cache *c, uint64_t *freed)
 {
-  cache_shrink (c, UINT64_MAX);
-  pthread_mutex_destroy (&c->lock);
+  struct cache_entry **pp = &c->entries;
+
+  if (*pp == NULL)
+    return false;
+  while ((*pp)->next)
+    pp = &(*pp)->next;
+  *freed += (*pp)->len;
+  drop (pp);
+  return true;
 }
 
-/* The entry holding offset, moved to the front (most recently used). */
+void
+cache_free (struct cache *c)
+{
+  struct cache **pp;
+  uint64_t freed = 0;
+
+  {
+    SCOPED_LOCK (&live.lock);
+    for (pp = &live.list; *pp != c; pp = &(*pp)->next)
+      ;
+    *pp = c->next;
+  }
+  while (drop_oldest (c, &freed))
+    ;
+  pthread_mutex_destroy (&c->lock);
+  free (c);
+}
+
+/* The entry holding offset, moved to the front (most recently used).
+ * Lock held.
+ */
 static struct cache_entry *
 find (struct cache *c, uint64_t offset)
 {
@@ -92,27 +143,22 @@ bool
 cache_read (struct cache *c, uint64_t offset, uint32_t count, void *dst)
 {
   char *out = dst;
-  bool hit = true;
+  SCOPED_LOCK (&c->lock);
 
-  pthread_mutex_lock (&c->lock);
   /* Check first, copy second: a miss must not copy a part. */
   for (uint64_t pos = offset; pos < offset + count; ) {
     struct cache_entry *e = find (c, pos);
-    if (e == NULL) {
-      hit = false;
-      break;
-    }
+    if (e == NULL)
+      return false;
     pos = e->off + e->len;
   }
-  for (uint64_t pos = offset; hit && pos < offset + count; ) {
+  for (uint64_t pos = offset; pos < offset + count; ) {
     struct cache_entry *e = find (c, pos);
-    uint64_t end = e->off + e->len;
-    uint32_t n = (end < offset + count ? end : offset + count) - pos;
+    uint32_t n = min_u64 (e->off + e->len, offset + count) - pos;
     memcpy (out + (pos - offset), e->buf + (pos - e->off), n);
     pos += n;
   }
-  pthread_mutex_unlock (&c->lock);
-  return hit;
+  return true;
 }
 
 void
@@ -122,13 +168,13 @@ cache_fill_begin (struct cache *c, struct cache_fill *f,
   f->lo = lo;
   f->hi = hi;
   f->stale = false;
-  __atomic_add_fetch (&fills_active, 1, __ATOMIC_SEQ_CST);
-  pthread_mutex_lock (&c->lock);
+  __atomic_add_fetch (&live.fills_active, 1, __ATOMIC_SEQ_CST);
+  SCOPED_LOCK (&c->lock);
   f->next = c->fills;
   c->fills = f;
-  pthread_mutex_unlock (&c->lock);
 }
 
+/* Drop every entry overlapping [lo, hi).  Lock held. */
 static void
 forget_range (struct cache *c, uint64_t lo, uint64_t hi)
 {
@@ -142,29 +188,44 @@ forget_range (struct cache *c, uint64_t lo, uint64_t hi)
   }
 }
 
-/* Drop the least recently used entry; false if there is none. */
-static bool
-drop_oldest (struct cache *c)
-{
-  struct cache_entry **pp = &c->entries;
-
-  if (*pp == NULL)
-    return false;
-  while ((*pp)->next)
-    pp = &(*pp)->next;
-  drop (pp);
-  return true;
-}
-
 /* The pool's cache share takes the len bytes of a filled window,
- * making room by dropping this export's oldest entries.
+ * making room by dropping this cache's oldest entries.  Lock held.
  */
 static bool
 make_room (struct cache *c, uint32_t len)
 {
+  uint64_t freed = 0;
+
   while (!pool_keep (len))
-    if (!drop_oldest (c))
+    if (!drop_oldest (c, &freed))
       return false;
+  return true;
+}
+
+/* Link f out of the fills in progress, then keep its data if it may. */
+static bool
+keep (struct cache *c, struct cache_fill *f, void *buf, uint32_t len,
+      bool ok)
+{
+  struct cache_fill **pp;
+  struct cache_entry *e;
+  SCOPED_LOCK (&c->lock);
+
+  for (pp = &c->fills; *pp != f; pp = &(*pp)->next)
+    ;
+  *pp = f->next;
+  if (!ok || f->stale)
+    return false;
+  forget_range (c, f->lo, f->lo + len);
+  e = malloc (sizeof *e);
+  if (e == NULL || !make_room (c, len)) {
+    free (e);
+    return false;
+  }
+  *e = (struct cache_entry) { .off = f->lo, .len = len, .buf = buf,
+                              .next = c->entries };
+  c->entries = e;
+  __atomic_add_fetch (&live.cached_bytes, len, __ATOMIC_SEQ_CST);
   return true;
 }
 
@@ -172,57 +233,42 @@ bool
 cache_fill_end (struct cache *c, struct cache_fill *f,
                 void *buf, uint32_t len, bool ok)
 {
-  struct cache_fill **pp;
-  struct cache_entry *e = NULL;
-  bool kept = false;
+  bool kept = keep (c, f, buf, len, ok);
 
-  pthread_mutex_lock (&c->lock);
-  for (pp = &c->fills; *pp != f; pp = &(*pp)->next)
-    ;
-  *pp = f->next;
-  if (ok && !f->stale) {
-    forget_range (c, f->lo, f->lo + len);
-    e = malloc (sizeof *e);
-    if (e && make_room (c, len)) {
-      *e = (struct cache_entry) { .off = f->lo, .len = len, .buf = buf,
-                                  .next = c->entries };
-      c->entries = e;
-      __atomic_add_fetch (&cached_bytes, len, __ATOMIC_SEQ_CST);
-      kept = true;
-    }
-    else
-      free (e);
-  }
-  pthread_mutex_unlock (&c->lock);
-  __atomic_sub_fetch (&fills_active, 1, __ATOMIC_SEQ_CST);
+  __atomic_sub_fetch (&live.fills_active, 1, __ATOMIC_SEQ_CST);
   return kept;
 }
 
 void
-cache_invalidate (struct cache *c, uint64_t lo, uint64_t hi)
+cache_invalidate_all (uint64_t lo, uint64_t hi)
 {
-  struct cache_fill *f;
+  struct cache *c;
 
-  pthread_mutex_lock (&c->lock);
-  forget_range (c, lo, hi);
-  for (f = c->fills; f; f = f->next)
-    if (f->lo < hi && lo < f->hi)
-      f->stale = true;
-  pthread_mutex_unlock (&c->lock);
+  if (!anything ())             /* the common case without readahead */
+    return;
+  SCOPED_LOCK (&live.lock);
+  for (c = live.list; c; c = c->next) {
+    struct cache_fill *f;
+    SCOPED_LOCK (&c->lock);
+
+    forget_range (c, lo, hi);
+    for (f = c->fills; f; f = f->next)
+      if (f->lo < hi && lo < f->hi)
+        f->stale = true;
+  }
 }
 
 uint64_t
-cache_shrink (struct cache *c, uint64_t want)
+cache_reclaim (uint64_t want)
 {
+  struct cache *c;
   uint64_t freed = 0;
-  SCOPED_LOCK (&c->lock);
+  SCOPED_LOCK (&live.lock);
 
-  while (freed < want && c->entries) {
-    struct cache_entry *e = c->entries;
-    while (e->next)
-      e = e->next;
-    freed += e->len;
-    drop_oldest (c);
+  for (c = live.list; c && freed < want; c = c->next) {
+    SCOPED_LOCK (&c->lock);
+    while (freed < want && drop_oldest (c, &freed))
+      ;
   }
   return freed;
 }

@@ -2,116 +2,93 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * State shared between connections is keyed by export name, so that
- * what one export's clients do never touches another export.  The
- * registry lock is taken only when a connection opens or closes.
+ * The export registry.  Its lock is taken only when a connection opens
+ * or closes.
  */
 
 #include <config.h>
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
 
 #include <nbdkit-filter.h>
 
-#include "reshape.h"
+#include "cache.h"
+#include "common.h"
+#include "export.h"
+#include "merge.h"
+#include "writeback.h"
 
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct reshape_export *exports;
+static struct {
+  pthread_mutex_t lock;
+  struct export *list;
+} registry = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-struct rangelock reshape_locks = {
-  .lock = PTHREAD_MUTEX_INITIALIZER,
-  .changed = PTHREAD_COND_INITIALIZER,
-};
+static void
+export_free (struct export *exp)
+{
+  if (exp->cache)
+    cache_free (exp->cache);
+  if (exp->merge)
+    merge_free (exp->merge);
+  if (exp->wb)
+    writeback_free (exp->wb);
+  free (exp->name);
+  free (exp);
+}
 
-static struct reshape_export *
+static struct export *
 export_new (const char *name)
 {
-  struct reshape_export *exp = calloc (1, sizeof *exp);
+  struct export *exp = calloc (1, sizeof *exp);
 
   if (exp == NULL)
     return NULL;
   exp->name = strdup (name);
-  if (exp->name == NULL) {
-    free (exp);
+  exp->cache = cache_new ();
+  exp->merge = merge_new ();
+  exp->wb = writeback_new ();
+  if (!exp->name || !exp->cache || !exp->merge || !exp->wb) {
+    export_free (exp);
     return NULL;
   }
-  cache_init (&exp->cache);
-  reshape_merge_init (&exp->merge);
-  reshape_writeback_init (&exp->wb);
   return exp;
 }
 
-struct reshape_export *
-reshape_export_get (const char *name)
+struct export *
+export_get (const char *name)
 {
-  struct reshape_export *exp;
+  struct export *exp;
+  SCOPED_LOCK (&registry.lock);
 
-  pthread_mutex_lock (&registry_lock);
-  for (exp = exports; exp != NULL; exp = exp->next)
+  for (exp = registry.list; exp != NULL; exp = exp->next)
     if (strcmp (exp->name, name) == 0)
       break;
   if (exp == NULL) {
     exp = export_new (name);
     if (exp == NULL) {
-      pthread_mutex_unlock (&registry_lock);
       nbdkit_error ("reshape: export state: %m");
       return NULL;
     }
-    exp->next = exports;
-    exports = exp;
+    exp->next = registry.list;
+    registry.list = exp;
   }
   exp->refs++;
-  pthread_mutex_unlock (&registry_lock);
   return exp;
 }
 
 void
-reshape_export_put (struct reshape_export *exp)
+export_put (struct export *exp)
 {
-  struct reshape_export **pp;
+  struct export **pp;
+  SCOPED_LOCK (&registry.lock);
 
-  pthread_mutex_lock (&registry_lock);
-  if (--exp->refs == 0) {
-    for (pp = &exports; *pp != exp; pp = &(*pp)->next)
-      ;
-    *pp = exp->next;
-    cache_destroy (&exp->cache);
-    reshape_merge_destroy (&exp->merge);
-    reshape_writeback_destroy (&exp->wb);
-    free (exp->name);
-    free (exp);
-  }
-  pthread_mutex_unlock (&registry_lock);
-}
-
-/* Requests are short of memory: the caches give back at least want
- * bytes, the least recently used data of each first.
- */
-uint64_t
-reshape_export_shrink_caches (uint64_t want)
-{
-  struct reshape_export *exp;
-  uint64_t freed = 0;
-
-  pthread_mutex_lock (&registry_lock);
-  for (exp = exports; exp != NULL && freed < want; exp = exp->next)
-    freed += cache_shrink (&exp->cache, want - freed);
-  pthread_mutex_unlock (&registry_lock);
-  return freed;
-}
-
-/* A write touched [lo, hi): no export's cache may keep it. */
-void
-reshape_export_invalidate (uint64_t lo, uint64_t hi)
-{
-  struct reshape_export *exp;
-
-  if (!cache_anything ())       /* the common case without readahead */
+  if (--exp->refs > 0)
     return;
-  pthread_mutex_lock (&registry_lock);
-  for (exp = exports; exp != NULL; exp = exp->next)
-    cache_invalidate (&exp->cache, lo, hi);
-  pthread_mutex_unlock (&registry_lock);
+  for (pp = &registry.list; *pp != exp; pp = &(*pp)->next)
+    ;
+  *pp = exp->next;
+  export_free (exp);
 }

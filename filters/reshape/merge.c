@@ -33,6 +33,9 @@
  * 1.36x fewer plugin calls, 1.75x as long.  Hence merging is opt-in
  * (reshape-merge=true); write-back (writeback.c) is what combines
  * such writes.
+ *
+ * The lock of an export's groups is never held across I/O: a leader
+ * drops it to send its group, and retakes it to mark the group done.
  */
 
 #include <config.h>
@@ -44,7 +47,19 @@
 
 #include <nbdkit-filter.h>
 
-#include "reshape.h"
+#include "common.h"
+#include "config.h"
+#include "merge.h"
+#include "pool.h"
+#include "split.h"
+#include "stats.h"
+
+struct merge {
+  pthread_mutex_t lock;
+  pthread_cond_t changed;
+  struct group *groups;     /* filling or at the plugin */
+  uint64_t launches;        /* groups sent so far */
+};
 
 struct member {
   uint64_t offset;
@@ -217,19 +232,17 @@ may_launch (struct merge *m, const struct group *g)
 
 /* One member on its own, from its own buffer and connection. */
 static int
-send_alone (nbdkit_next *next, struct reshape_handle *h, bool write,
-            const struct member *mb, int *err)
+send_alone (const struct io *io, bool write, const struct member *mb,
+            int *err)
 {
   return write
-    ? reshape_split_pwrite (next, h, mb->wbuf, mb->count, mb->offset,
-                            mb->flags, err)
-    : reshape_split_pread (next, h, mb->rbuf, mb->count, mb->offset, err);
+    ? split_pwrite (io, mb->wbuf, mb->count, mb->offset, mb->flags, err)
+    : split_pread (io, mb->rbuf, mb->count, mb->offset, err);
 }
 
 /* Send one group to the plugin as one request (outside the lock). */
 static int
-send_group (nbdkit_next *next, struct reshape_handle *h, struct group *g,
-            int *err)
+send_group (const struct io *io, struct group *g, int *err)
 {
   const uint32_t len = g->hi - g->lo;
   struct member *mb;
@@ -237,21 +250,21 @@ send_group (nbdkit_next *next, struct reshape_handle *h, struct group *g,
   int r;
 
   if (g->n == 1)                        /* alone: no copy */
-    return send_alone (next, h, g->write, g->members, err);
+    return send_alone (io, g->write, g->members, err);
   buf = pool_get (POOL_REQUEST, len);
   if (buf == NULL) {
     /* No memory to spare: each member goes alone (see merged). */
     *err = ENOMEM;
     return -1;
   }
-  reshape_stats_add (C_MERGES, g->n);
+  stats_add (C_MERGES, g->n);
   if (g->write) {
     for (mb = g->members; mb; mb = mb->next)
       memcpy (buf + (mb->offset - g->lo), mb->wbuf, mb->count);
-    r = reshape_split_pwrite (next, h, buf, len, g->lo, g->flags, err);
+    r = split_pwrite (io, buf, len, g->lo, g->flags, err);
   }
   else {
-    r = reshape_split_pread (next, h, buf, len, g->lo, err);
+    r = split_pread (io, buf, len, g->lo, err);
     for (mb = g->members; r == 0 && mb; mb = mb->next)
       memcpy (mb->rbuf, buf + (mb->offset - g->lo), mb->count);
   }
@@ -261,15 +274,14 @@ send_group (nbdkit_next *next, struct reshape_handle *h, struct group *g,
 
 /* The leader sends its group; called and returns with the lock held. */
 static void
-launch (nbdkit_next *next, struct reshape_handle *h, struct merge *m,
-        struct group *g)
+launch (const struct io *io, struct merge *m, struct group *g)
 {
   int r, e = 0;
 
   g->launched = true;
   g->seq = ++m->launches;
   pthread_mutex_unlock (&m->lock);
-  r = send_group (next, h, g, &e);
+  r = send_group (io, g, &e);
   pthread_mutex_lock (&m->lock);
   g->err = r == -1 ? e : 0;
   g->done = true;
@@ -278,21 +290,19 @@ launch (nbdkit_next *next, struct reshape_handle *h, struct merge *m,
 }
 
 static int
-merged (nbdkit_next *next, struct reshape_handle *h, bool write,
+merged (struct merge *m, const struct io *io, void *conn, bool write,
         struct member *mb, int *err)
 {
-  struct merge *m = &h->exp->merge;
-  void *conn = h->multi_conn ? NULL : h;
   struct group *g;
   bool again;
   int e;
 
-  pthread_mutex_lock (&m->lock);
-  g = find_group (m, NULL, write, conn, &h->geo, mb->offset,
+  pthread_mutex_lock (&m->lock);       /* dropped to wait and to send */
+  g = find_group (m, NULL, write, conn, io->geo, mb->offset,
                   mb->offset + mb->count);
   if (g)
     join (g, mb);
-  else if ((g = new_group (m, write, conn, &h->geo, mb)) == NULL) {
+  else if ((g = new_group (m, write, conn, io->geo, mb)) == NULL) {
     pthread_mutex_unlock (&m->lock);
     *err = ENOMEM;
     return -1;
@@ -309,7 +319,7 @@ merged (nbdkit_next *next, struct reshape_handle *h, bool write,
     if (g->done)
       break;
     if (g->leader == mb && !g->launched && may_launch (m, g))
-      launch (next, h, m, g);
+      launch (io, m, g);
     else
       pthread_cond_wait (&m->changed, &m->lock);
   }
@@ -320,7 +330,7 @@ merged (nbdkit_next *next, struct reshape_handle *h, bool write,
   pthread_mutex_unlock (&m->lock);
 
   if (again)
-    return send_alone (next, h, write, mb, err);
+    return send_alone (io, write, mb, err);
   if (e) {
     *err = e;
     return -1;
@@ -328,52 +338,58 @@ merged (nbdkit_next *next, struct reshape_handle *h, bool write,
   return 0;
 }
 
-void
-reshape_merge_init (struct merge *m)
+struct merge *
+merge_new (void)
 {
+  struct merge *m = calloc (1, sizeof *m);
+
+  if (m == NULL)
+    return NULL;
   pthread_mutex_init (&m->lock, NULL);
   pthread_cond_init (&m->changed, NULL);
-  m->groups = NULL;
+  return m;
 }
 
 void
-reshape_merge_destroy (struct merge *m)
+merge_free (struct merge *m)
 {
   pthread_cond_destroy (&m->changed);
   pthread_mutex_destroy (&m->lock);
+  free (m);
 }
 
-/* Not with a minimum block size: a merged request could then need a
- * bounce buffer while holding its merge buffer, and two buffers held
- * at once could starve each other in a small pool.
+/* Small requests only, with threads to hold them (a fully parallel
+ * stack), and a merge buffer the pool can lend.  Not with a minimum
+ * block size: merged requests then need no bounce buffers and no
+ * read-modify-write of blocks they share.
  */
 static bool
-mergeable (const struct reshape_handle *h, uint32_t count)
+mergeable (const struct io *io, uint32_t count)
 {
-  return reshape_cfg.merge && reshape_parallel_ok && h->geo.min == 1 &&
-    count < h->geo.size && h->geo.size <= pool_largest (POOL_REQUEST);
+  return reshape_cfg.parallel_ok && io->geo->min == 1 &&
+    count < io->geo->size && io->geo->size <= pool_largest (POOL_REQUEST);
 }
 
 int
-reshape_merge_pread (nbdkit_next *next, struct reshape_handle *h,
-                     void *buf, uint32_t count, uint64_t offset, int *err)
+merge_pread (struct merge *m, const struct io *io, void *conn,
+             void *buf, uint32_t count, uint64_t offset, int *err)
 {
   struct member mb = { .offset = offset, .count = count, .rbuf = buf };
 
-  if (!mergeable (h, count))
-    return reshape_split_pread (next, h, buf, count, offset, err);
-  return merged (next, h, false, &mb, err);
+  if (!mergeable (io, count))
+    return split_pread (io, buf, count, offset, err);
+  return merged (m, io, conn, false, &mb, err);
 }
 
 int
-reshape_merge_pwrite (nbdkit_next *next, struct reshape_handle *h,
-                      const void *buf, uint32_t count, uint64_t offset,
-                      uint32_t flags, int *err)
+merge_pwrite (struct merge *m, const struct io *io, void *conn,
+              const void *buf, uint32_t count, uint64_t offset,
+              uint32_t flags, int *err)
 {
   struct member mb = { .offset = offset, .count = count, .wbuf = buf,
                        .flags = flags };
 
-  if (!mergeable (h, count))
-    return reshape_split_pwrite (next, h, buf, count, offset, flags, err);
-  return merged (next, h, true, &mb, err);
+  if (!mergeable (io, count))
+    return split_pwrite (io, buf, count, offset, flags, err);
+  return merged (m, io, conn, true, &mb, err);
 }

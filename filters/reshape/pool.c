@@ -51,7 +51,7 @@
 
 #include "common.h"
 #include "pool.h"
-#include "reshape.h"
+#include "stats.h"
 
 NBDKIT_DLL_PUBLIC int reshape_debug_pool;
 
@@ -192,7 +192,7 @@ allocate (enum pool_use use, unsigned c)
   if (align == HUGE_PAGE)
     madvise (p, len, MADV_HUGEPAGE);
 #endif
-  reshape_stats_add (C_POOL_ALLOCS, 1);
+  stats_add (C_POOL_ALLOCS, 1);
   return p;
 }
 
@@ -215,7 +215,7 @@ take (enum pool_use use, unsigned c, bool *alloc)
     pool.free_list[c] = b->next;
     pool.idle -= want;
     pool.used[use] += want;
-    reshape_stats_add (C_POOL_REUSES, 1);
+    stats_add (C_POOL_REUSES, 1);
     return b;
   }
   while (pool.total + want > pool.cap)
@@ -223,7 +223,7 @@ take (enum pool_use use, unsigned c, bool *alloc)
       return NULL;
   pool.total += want;
   pool.used[use] += want;
-  reshape_stats_max (C_POOL_HIGH, pool.total);
+  stats_max (C_POOL_HIGH, pool.total);
   *alloc = true;
   return NULL;
 }
@@ -257,7 +257,7 @@ pool_get (enum pool_use use, uint32_t len)
     if (use != POOL_BOUNCE)
       break;
     if (!waited) {
-      reshape_stats_add (C_POOL_WAITS, 1);
+      stats_add (C_POOL_WAITS, 1);
       if (reshape_debug_pool)
         nbdkit_debug ("reshape: pool: bounce buffer waits for %" PRIu64
                       " bytes (%" PRIu64 " of %" PRIu64 " in use)",

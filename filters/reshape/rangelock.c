@@ -8,6 +8,7 @@
 #include <assert.h>
 #include <pthread.h>
 
+#include "common.h"
 #include "rangelock.h"
 
 static bool
@@ -42,7 +43,7 @@ rangelock_acquire (struct rangelock *rl, struct rangelock_entry *e,
   e->exclusive = exclusive;
   e->next = NULL;
 
-  pthread_mutex_lock (&rl->lock);
+  SCOPED_LOCK (&rl->lock);
   e->prev = rl->tail;
   if (rl->tail)
     rl->tail->next = e;
@@ -53,14 +54,14 @@ rangelock_acquire (struct rangelock *rl, struct rangelock_entry *e,
     waited = true;
     pthread_cond_wait (&rl->changed, &rl->lock);
   }
-  pthread_mutex_unlock (&rl->lock);
   return waited;
 }
 
 void
 rangelock_release (struct rangelock *rl, struct rangelock_entry *e)
 {
-  pthread_mutex_lock (&rl->lock);
+  SCOPED_LOCK (&rl->lock);
+
   if (e->prev)
     e->prev->next = e->next;
   else
@@ -70,5 +71,4 @@ rangelock_release (struct rangelock *rl, struct rangelock_entry *e)
   else
     rl->tail = e->prev;
   pthread_cond_broadcast (&rl->changed);
-  pthread_mutex_unlock (&rl->lock);
 }

@@ -19,8 +19,11 @@
  *   would read), so its reads go straight through;
  * - for a plugin with latency.  The reads that start a stream go
  *   straight to the plugin and are timed; a plugin that answered any
- *   of them faster than RESHAPE_SLOW_NS (memory, or files in the page
+ *   of them faster than PLUGIN_SLOW_NS (memory, or files in the page
  *   cache, which the kernel reads ahead already) gets no window.
+ *
+ * Whether readahead runs at all (reshape-readahead, write-back without
+ * multi-conn) is reshape.c's decision.
  */
 
 #include <config.h>
@@ -32,11 +35,17 @@
 
 #include <nbdkit-filter.h>
 
+#include "cache.h"
 #include "common.h"
-#include "reshape.h"
+#include "config.h"
+#include "pool.h"
+#include "readahead.h"
+#include "split.h"
+#include "stage.h"
+#include "stats.h"
 
 void
-reshape_readahead_init (struct readahead *ra)
+readahead_init (struct readahead *ra)
 {
   pthread_mutex_init (&ra->lock, NULL);
   ra->next = UINT64_MAX;
@@ -47,7 +56,7 @@ reshape_readahead_init (struct readahead *ra)
 }
 
 void
-reshape_readahead_destroy (struct readahead *ra)
+readahead_destroy (struct readahead *ra)
 {
   pthread_mutex_destroy (&ra->lock);
 }
@@ -65,19 +74,22 @@ window_cap (const struct geometry *geo)
   return round_down (cap, geo->min);
 }
 
+/* A stream earns a window after this many reads in a row that each
+ * came alone (a pipelining client's queue runs empty now and then).
+ */
 #define ALONE_RUN 4
 
 /* Record this read as in flight; returns the window to fill, 0 for
  * none.  read_done must follow.
  */
 static uint32_t
-next_window (struct reshape_handle *h, uint64_t offset, uint32_t count)
+next_window (struct readahead *ra, const struct geometry *geo,
+             uint64_t offset, uint32_t count)
 {
-  struct readahead *ra = &h->ra;
-  const uint32_t cap = window_cap (&h->geo);
+  const uint32_t cap = window_cap (geo);
   uint32_t w = 0;
+  SCOPED_LOCK (&ra->lock);
 
-  pthread_mutex_lock (&ra->lock);
   /* A pipelining client's queue runs empty now and then (between its
    * work chunks): only a run of reads that each came alone counts.
    */
@@ -88,17 +100,16 @@ next_window (struct reshape_handle *h, uint64_t offset, uint32_t count)
   if (offset != ra->next)
     ra->latency = UINT64_MAX;           /* a new stream: time it anew */
   else if (ra->alone >= ALONE_RUN && ra->latency != UINT64_MAX &&
-           ra->latency >= RESHAPE_SLOW_NS) {
-    w = ra->window ? ra->window * 2 : h->geo.size;
+           ra->latency >= PLUGIN_SLOW_NS) {
+    w = ra->window ? ra->window * 2 : geo->size;
     if (w > cap)
       w = cap;
   }
   ra->window = w;
   ra->next = offset + count;
-  pthread_mutex_unlock (&ra->lock);
-  if (w < h->geo.size)
+  if (w < geo->size)
     return 0;
-  reshape_stats_max (C_RA_WINDOW, w);
+  stats_max (C_RA_WINDOW, w);
   return w;
 }
 
@@ -108,21 +119,22 @@ next_window (struct reshape_handle *h, uint64_t offset, uint32_t count)
  * start a window.
  */
 static void
-read_done (struct reshape_handle *h, uint64_t took_ns)
+read_done (struct readahead *ra, uint64_t took_ns)
 {
-  pthread_mutex_lock (&h->ra.lock);
-  h->ra.reading--;
-  if (took_ns && took_ns < h->ra.latency)
-    h->ra.latency = took_ns;
-  pthread_mutex_unlock (&h->ra.lock);
+  SCOPED_LOCK (&ra->lock);
+
+  ra->reading--;
+  if (took_ns && took_ns < ra->latency)
+    ra->latency = took_ns;
 }
 
 /* Read [offset, offset+window) into the cache, then serve the client. */
 static int
-fill (nbdkit_next *next, struct reshape_handle *h, uint32_t window,
-      void *buf, uint32_t count, uint64_t offset, int *err)
+fill (struct cache *cache, const struct io *io, const struct down *down,
+      uint32_t window, void *buf, uint32_t count, uint64_t offset,
+      int *err)
 {
-  const uint64_t lo = offset - offset % h->geo.min;
+  const uint64_t lo = round_down (offset, io->geo->min);
   uint64_t hi = lo + window;
   struct cache_fill f;
   uint32_t len;
@@ -130,33 +142,33 @@ fill (nbdkit_next *next, struct reshape_handle *h, uint32_t window,
   int r;
 
   if (hi < offset + count)           /* whole blocks: no bounce buffer */
-    hi = round_up (offset + count, h->geo.min);
-  hi = min_u64 (hi, h->geo.exportsize);
+    hi = round_up (offset + count, io->geo->min);
+  hi = min_u64 (hi, io->geo->exportsize);
   len = hi - lo;
   /* Staged writes in the window go first.  Where some stay staged
    * (held by a request, or refused by the plugin), the window would
    * keep what the plugin has instead of them: read directly.
    */
-  if (!reshape_writeback_clean (next, h, lo, hi))
-    return reshape_split_pread (next, h, buf, count, offset, err);
+  if (!down->window_ok (down->opaque, lo, hi))
+    return split_pread (io, buf, count, offset, err);
   data = pool_get (POOL_REQUEST, len);
   if (data == NULL)                  /* no memory to spare: read directly */
-    return reshape_split_pread (next, h, buf, count, offset, err);
-  cache_fill_begin (&h->exp->cache, &f, lo, hi);
-  r = reshape_split_pread (next, h, data, len, lo, err);
+    return split_pread (io, buf, count, offset, err);
+  cache_fill_begin (cache, &f, lo, hi);
+  r = split_pread (io, data, len, lo, err);
   if (r == 0) {
     memcpy (buf, data + (offset - lo), count);
-    reshape_stats_add (C_RA_FILLED, len);
+    stats_add (C_RA_FILLED, len);
   }
-  if (!cache_fill_end (&h->exp->cache, &f, data, len, r == 0))
+  if (!cache_fill_end (cache, &f, data, len, r == 0))
     pool_put (POOL_REQUEST, data, len);
   return r;
 }
 
 int
-reshape_readahead_pread (nbdkit_next *next, struct reshape_handle *h,
-                         void *buf, uint32_t count, uint64_t offset,
-                         int *err)
+readahead_pread (struct readahead *ra, struct cache *cache,
+                 const struct io *io, const struct down *down,
+                 void *buf, uint32_t count, uint64_t offset, int *err)
 {
   uint32_t window;
   uint64_t took = 0;                    /* a direct read's time */
@@ -165,29 +177,24 @@ reshape_readahead_pread (nbdkit_next *next, struct reshape_handle *h,
   /* Requests of the optimal size or larger are already what the plugin
    * wants: no copy through the cache for them.
    */
-  /* Without multi-conn, staged writes belong to one connection, and a
-   * cache shared with the others could be filled around them: no
-   * readahead then while write-back is on.
-   */
-  if (reshape_cfg.readahead == 0 || count >= h->geo.size ||
-      (reshape_cfg.writeback && !h->multi_conn))
-    return reshape_merge_pread (next, h, buf, count, offset, err);
-  window = next_window (h, offset, count);
-  if (cache_read (&h->exp->cache, offset, count, buf)) {
-    reshape_stats_add (C_RA_HITS, 1);
+  if (count >= io->geo->size)
+    return down->pread (down->opaque, buf, count, offset, err);
+  window = next_window (ra, io->geo, offset, count);
+  if (cache_read (cache, offset, count, buf)) {
+    stats_add (C_RA_HITS, 1);
     r = 0;
   }
   else if (window == 0) {
-    const uint64_t start = reshape_now_ns ();
+    const uint64_t start = now_ns ();
 
-    r = reshape_merge_pread (next, h, buf, count, offset, err);
+    r = down->pread (down->opaque, buf, count, offset, err);
     if (r == 0)
-      took = reshape_now_ns () - start;
+      took = now_ns () - start;
   }
   else {
-    reshape_stats_add (C_RA_MISSES, 1);
-    r = fill (next, h, window, buf, count, offset, err);
+    stats_add (C_RA_MISSES, 1);
+    r = fill (cache, io, down, window, buf, count, offset, err);
   }
-  read_done (h, took);
+  read_done (ra, took);
   return r;
 }

@@ -2,8 +2,26 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * The nbdkit callbacks.  This file only wires them to the mechanisms;
- * see reshape.h for which file does what.
+ * The nbdkit callbacks, and the order in which the mechanisms see each
+ * request, top to bottom:
+ *
+ *   pread    write-back: staged writes there go to the plugin first;
+ *              what it refuses is laid over the result
+ *            readahead: the export's cache, windows  (reshape-readahead)
+ *            merge: concurrent small reads as one    (reshape-merge)
+ *            split: pieces of the optimal size, partial blocks
+ *   pwrite   write-back: staged, or passed down      (reshape-writeback)
+ *            merge, split; then every cache forgets the range
+ *   zero,    write-back: staged writes there first
+ *   trim     split; then every cache forgets the range
+ *   extents  write-back: staged writes there first; split
+ *   cache    split
+ *   flush    write-back: everything staged before it; the plugin's
+ *            flush
+ *
+ * Each mechanism lives in its own file with its own header; a stage
+ * reaches the one below it through a struct down built here, so this
+ * list is the only place where the order is decided.
  */
 
 #include <config.h>
@@ -13,11 +31,44 @@
 
 #include <nbdkit-filter.h>
 
-#include "reshape.h"
+#include "cache.h"
+#include "common.h"
+#include "config.h"
+#include "export.h"
+#include "merge.h"
+#include "pool.h"
+#include "readahead.h"
+#include "sockbuf.h"
+#include "split.h"
+#include "stage.h"
+#include "stats.h"
+#include "workers.h"
+#include "writeback.h"
 
-NBDKIT_DLL_PUBLIC int reshape_debug_split;
-NBDKIT_DLL_PUBLIC int reshape_debug_rmw;
-NBDKIT_DLL_PUBLIC int reshape_debug_sockbuf;
+/* One client connection. */
+struct handle {
+  struct export *exp;
+  struct geometry geo;          /* settled at prepare */
+  uint32_t preferred;           /* block size told to clients */
+  bool multi_conn;              /* the plugin allows multi-conn */
+  struct split_conn split;
+  struct readahead ra;
+  struct wb_conn wb;
+  struct sockbuf_conn sb;
+};
+
+/* One request on its way down. */
+struct call {
+  struct handle *h;
+  struct io io;
+};
+
+static void
+call_init (struct call *c, nbdkit_next *next, struct handle *h)
+{
+  c->h = h;
+  c->io = (struct io) { .next = next, .geo = &h->geo, .split = &h->split };
+}
 
 /* Twice in one stack, the copies would share one set of globals (and
  * the outer one's block locks would block the inner one): refuse.
@@ -33,16 +84,16 @@ reshape_load (void)
 static void
 reshape_unload (void)
 {
-  reshape_stats_report (reshape_cfg.stats_file);
+  stats_report (reshape_cfg.stats_file);
   pool_free_all ();
-  reshape_config_free ();
+  config_free ();
 }
 
 static int
 reshape_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
                 const char *key, const char *value)
 {
-  int r = reshape_config_key (key, value);
+  int r = config_key (key, value);
 
   if (r == -1)
     return -1;
@@ -52,22 +103,25 @@ reshape_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
 }
 
 static int
-reshape_config_complete_cb (nbdkit_next_config_complete *next,
-                            nbdkit_backend *nxdata)
+reshape_config_complete (nbdkit_next_config_complete *next,
+                         nbdkit_backend *nxdata)
 {
   if (instances > 1) {
     nbdkit_error ("the reshape filter can appear only once in a stack");
     return -1;
   }
-  if (reshape_config_complete () == -1)
+  if (config_complete () == -1)
     return -1;
+  pool_init (reshape_cfg.pool);
+  pool_set_reclaim (cache_reclaim);
+  sockbuf_configure (reshape_cfg.sndbuf_set, reshape_cfg.sndbuf);
   return next (nxdata);
 }
 
 static int
 reshape_get_ready (int thread_model)
 {
-  reshape_parallel_ok = thread_model == NBDKIT_THREAD_MODEL_PARALLEL;
+  config_set_thread_model (thread_model);
   return 0;
 }
 
@@ -75,22 +129,22 @@ reshape_get_ready (int thread_model)
 static int
 reshape_after_fork (nbdkit_backend *nxdata)
 {
-  if (!reshape_parallel_ok || reshape_cfg.parallel <= 1)
+  if (!reshape_cfg.parallel_ok || reshape_cfg.parallel <= 1)
     return 0;
-  return reshape_workers_start (reshape_cfg.parallel - 1);
+  return workers_start (reshape_cfg.parallel - 1);
 }
 
 static void
 reshape_cleanup (nbdkit_backend *nxdata)
 {
-  reshape_workers_stop ();
+  workers_stop ();
 }
 
 static void *
 reshape_open (nbdkit_next_open *next, nbdkit_context *nxdata,
               int readonly, const char *exportname, int is_tls)
 {
-  struct reshape_handle *h;
+  struct handle *h;
 
   if (next (nxdata, readonly, exportname) == -1)
     return NULL;
@@ -99,42 +153,50 @@ reshape_open (nbdkit_next_open *next, nbdkit_context *nxdata,
     nbdkit_error ("calloc: %m");
     return NULL;
   }
-  h->exp = reshape_export_get (exportname);
+  h->exp = export_get (exportname);
   if (h->exp == NULL) {
     free (h);
     return NULL;
   }
-  reshape_readahead_init (&h->ra);
-  reshape_writeback_open (h);
-  reshape_sockbuf_open (h);
+  readahead_init (&h->ra);
+  sockbuf_open (&h->sb);
   return h;
 }
 
 static void
 reshape_close (void *handle)
 {
-  struct reshape_handle *h = handle;
+  struct handle *h = handle;
 
-  reshape_readahead_destroy (&h->ra);
-  reshape_export_put (h->exp);
+  readahead_destroy (&h->ra);
+  export_put (h->exp);
   free (h);
+}
+
+static int
+reshape_prepare (nbdkit_next *next, void *handle, int readonly)
+{
+  struct handle *h = handle;
+
+  h->multi_conn = next->can_multi_conn (next) == 1;
+  if (config_geometry (next, &h->geo, &h->preferred) == -1)
+    return -1;
+  /* Balanced by writeback_close in finalize, which nbdkit calls only
+   * for a connection whose prepare succeeded.
+   */
+  writeback_open (&h->wb, h->exp->wb, h->multi_conn);
+  return 0;
 }
 
 /* The connection is closing: write back what it staged. */
 static int
 reshape_finalize (nbdkit_next *next, void *handle)
 {
-  reshape_writeback_finalize (next, handle);
+  struct call c;
+
+  call_init (&c, next, handle);
+  writeback_close (&c.h->wb, &c.io);
   return 0;
-}
-
-static int
-reshape_prepare (nbdkit_next *next, void *handle, int readonly)
-{
-  struct reshape_handle *h = handle;
-
-  h->multi_conn = next->can_multi_conn (next) == 1;
-  return reshape_geometry (next, &h->geo);
 }
 
 /* Clients may send any size and alignment (the filter aligns for the
@@ -145,30 +207,90 @@ static int
 reshape_block_size (nbdkit_next *next, void *handle,
                     uint32_t *minimum, uint32_t *preferred, uint32_t *maximum)
 {
-  struct reshape_handle *h = handle;
+  struct handle *h = handle;
 
   *minimum = 1;
-  *preferred = h->geo.preferred;
-  *maximum = RESHAPE_CLIENT_MAX;
+  *preferred = h->preferred;
+  *maximum = CLIENT_MAX;
   return 0;
+}
+
+/* The stages below write-back and readahead, for struct down. */
+static int
+down_pread (void *opaque, void *buf, uint32_t count, uint64_t offset,
+            int *err)
+{
+  struct call *c = opaque;
+
+  if (reshape_cfg.merge)
+    return merge_pread (c->h->exp->merge, &c->io,
+                        c->h->multi_conn ? NULL : c->h,
+                        buf, count, offset, err);
+  return split_pread (&c->io, buf, count, offset, err);
+}
+
+static int
+down_pwrite (void *opaque, const void *buf, uint32_t count,
+             uint64_t offset, uint32_t flags, int *err)
+{
+  struct call *c = opaque;
+
+  if (reshape_cfg.merge)
+    return merge_pwrite (c->h->exp->merge, &c->io,
+                         c->h->multi_conn ? NULL : c->h,
+                         buf, count, offset, flags, err);
+  return split_pwrite (&c->io, buf, count, offset, flags, err);
+}
+
+static bool
+window_ok (void *opaque, uint64_t lo, uint64_t hi)
+{
+  struct call *c = opaque;
+
+  return writeback_clean (&c->h->wb, &c->io, lo, hi);
+}
+
+static void
+down_init (struct down *d, struct call *c)
+{
+  *d = (struct down) { .pread = down_pread, .pwrite = down_pwrite,
+                       .window_ok = window_ok, .opaque = c };
+}
+
+/* Without multi-conn, staged writes belong to one connection, and the
+ * export's cache, which the others share, could be filled around
+ * them: no readahead then while write-back is on.
+ */
+static bool
+readahead_on (const struct handle *h)
+{
+  return reshape_cfg.readahead && (!reshape_cfg.writeback || h->multi_conn);
 }
 
 static int
 reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
                uint64_t offset, uint32_t flags, int *err)
 {
-  struct writeback_claim c;
+  struct handle *h = handle;
+  struct call c;
+  struct down d;
+  struct wb_claim claim;
   int r;
 
-  reshape_stats_client (OP_PREAD, count);
-  reshape_sockbuf_reply (handle, count);
-  /* Staged writes there first; what the plugin would not take is laid
-   * over the read (cache hits are never older: staging a write drops
-   * what it overlaps from the caches).
+  stats_client (OP_PREAD, count);
+  sockbuf_reply (&h->sb, count);
+  call_init (&c, next, h);
+  down_init (&d, &c);
+  /* Cache hits are never older than staged data: staging a write drops
+   * what it overlaps from the caches.
    */
-  reshape_writeback_begin (next, handle, offset, offset + count, &c);
-  r = reshape_readahead_pread (next, handle, buf, count, offset, err);
-  reshape_writeback_end_read (&c, buf, count, offset, r == 0);
+  writeback_begin (&h->wb, &c.io, offset, offset + count, &claim);
+  if (readahead_on (h))
+    r = readahead_pread (&h->ra, h->exp->cache, &c.io, &d,
+                         buf, count, offset, err);
+  else
+    r = down_pread (&c, buf, count, offset, err);
+  writeback_end_read (&claim, buf, count, offset, r == 0);
   return r;
 }
 
@@ -176,66 +298,73 @@ static int
 reshape_pwrite (nbdkit_next *next, void *handle, const void *buf,
                 uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
-  struct reshape_handle *h = handle;
+  struct handle *h = handle;
+  struct call c;
+  struct down d;
   int r;
 
-  reshape_stats_client (OP_PWRITE, count);
-  r = reshape_writeback_pwrite (next, h, buf, count, offset, flags, err);
-  /* Coherence: before the reply, whatever the outcome. */
-  reshape_export_invalidate (offset, offset + count);
-  return r;
-}
-
-/* Zero and trim: staged writes there go first (a zero is copied into
- * those the plugin would not take; a trim leaves them, any contents
- * being right after a trim), and cached data there is dropped before
- * the reply, whatever the outcome.
- */
-typedef int (*data_less_fn) (nbdkit_next *next, struct reshape_handle *h,
-                             uint32_t count, uint64_t offset,
-                             uint32_t flags, int *err);
-
-static int
-data_less (enum reshape_op op, data_less_fn fn, nbdkit_next *next,
-           struct reshape_handle *h, uint32_t count, uint64_t offset,
-           uint32_t flags, int *err)
-{
-  struct writeback_claim c;
-  int r;
-
-  reshape_stats_client (op, count);
-  reshape_writeback_begin (next, h, offset, offset + count, &c);
-  r = fn (next, h, count, offset, flags, err);
-  if (op == OP_ZERO)
-    reshape_writeback_end_write (&c, NULL, count, offset, r == 0);
+  stats_client (OP_PWRITE, count);
+  call_init (&c, next, h);
+  down_init (&d, &c);
+  if (reshape_cfg.writeback)
+    r = writeback_pwrite (&h->wb, &c.io, &d, buf, count, offset, flags, err);
   else
-    reshape_writeback_release (&c);
-  reshape_export_invalidate (offset, offset + count);
+    r = down_pwrite (&c, buf, count, offset, flags, err);
+  /* Coherence: before the reply, whatever the outcome. */
+  cache_invalidate_all (offset, offset + count);
   return r;
 }
 
+/* Zero and trim: staged writes there go first; a zero is copied into
+ * those the plugin refuses, a trim leaves them (any contents are right
+ * after a trim).  Cached data there is dropped before the reply,
+ * whatever the outcome.
+ */
 static int
 reshape_zero (nbdkit_next *next, void *handle, uint32_t count,
               uint64_t offset, uint32_t flags, int *err)
 {
-  return data_less (OP_ZERO, reshape_split_zero, next, handle,
-                    count, offset, flags, err);
+  struct handle *h = handle;
+  struct call c;
+  struct wb_claim claim;
+  int r;
+
+  stats_client (OP_ZERO, count);
+  call_init (&c, next, h);
+  writeback_begin (&h->wb, &c.io, offset, offset + count, &claim);
+  r = split_zero (&c.io, count, offset, flags, err);
+  writeback_end_write (&claim, NULL, count, offset, r == 0);
+  cache_invalidate_all (offset, offset + count);
+  return r;
 }
 
 static int
 reshape_trim (nbdkit_next *next, void *handle, uint32_t count,
               uint64_t offset, uint32_t flags, int *err)
 {
-  return data_less (OP_TRIM, reshape_split_trim, next, handle,
-                    count, offset, flags, err);
+  struct handle *h = handle;
+  struct call c;
+  struct wb_claim claim;
+  int r;
+
+  stats_client (OP_TRIM, count);
+  call_init (&c, next, h);
+  writeback_begin (&h->wb, &c.io, offset, offset + count, &claim);
+  r = split_trim (&c.io, count, offset, flags, err);
+  writeback_release (&claim);
+  cache_invalidate_all (offset, offset + count);
+  return r;
 }
 
 static int
 reshape_cache (nbdkit_next *next, void *handle, uint32_t count,
                uint64_t offset, uint32_t flags, int *err)
 {
-  reshape_stats_client (OP_CACHE, count);
-  return reshape_split_cache (next, handle, count, offset, flags, err);
+  struct call c;
+
+  stats_client (OP_CACHE, count);
+  call_init (&c, next, handle);
+  return split_cache (&c.io, count, offset, flags, err);
 }
 
 static int
@@ -243,36 +372,39 @@ reshape_extents (nbdkit_next *next, void *handle, uint32_t count,
                  uint64_t offset, uint32_t flags,
                  struct nbdkit_extents *extents, int *err)
 {
-  struct writeback_claim c;
-  bool staged;
+  struct handle *h = handle;
+  struct call c;
+  struct wb_claim claim;
 
-  reshape_stats_client (OP_EXTENTS, count);
+  stats_client (OP_EXTENTS, count);
+  call_init (&c, next, h);
   /* Staged data would otherwise look like a hole, or like what the
-   * plugin has: while the plugin will not take it, fail.
+   * plugin has: while the plugin refuses it, fail.
    */
-  reshape_writeback_begin (next, handle, offset, offset + count, &c);
-  staged = c.list != NULL;
-  reshape_writeback_release (&c);
-  if (staged) {
-    *err = c.err;
+  writeback_begin (&h->wb, &c.io, offset, offset + count, &claim);
+  writeback_release (&claim);
+  if (claim.held) {
+    *err = claim.err;
     return -1;
   }
-  return reshape_split_extents (next, handle, count, offset, flags,
-                                extents, err);
+  return split_extents (&c.io, count, offset, flags, extents, err);
 }
 
 static int
 reshape_flush (nbdkit_next *next, void *handle, uint32_t flags, int *err)
 {
+  struct handle *h = handle;
+  struct call c;
   int wb_err = 0, r;
 
-  reshape_stats_client (OP_FLUSH, 0);
-  /* Staged writes first; the plugin's flush makes durable what they
-   * got there, even when some of them failed (those stay staged and
-   * fail this flush).
+  stats_client (OP_FLUSH, 0);
+  call_init (&c, next, h);
+  /* Staged writes first.  The plugin's flush then makes durable what
+   * did reach it, even when some of them failed (those stay staged
+   * and fail this flush).
    */
-  r = reshape_writeback_flush (next, handle, &wb_err);
-  reshape_stats_plugin (OP_FLUSH, 0);
+  r = writeback_flush (&h->wb, &c.io, &wb_err);
+  stats_plugin (OP_FLUSH, 0);
   if (next->flush (next, flags, err) == -1)
     return -1;
   if (r == -1) {
@@ -289,8 +421,8 @@ static struct nbdkit_filter filter = {
   .load              = reshape_load,
   .unload            = reshape_unload,
   .config            = reshape_config,
-  .config_complete   = reshape_config_complete_cb,
-  .config_help       = RESHAPE_CONFIG_HELP,
+  .config_complete   = reshape_config_complete,
+  .config_help       = CONFIG_HELP,
   .get_ready         = reshape_get_ready,
   .after_fork        = reshape_after_fork,
   .cleanup           = reshape_cleanup,

@@ -28,9 +28,9 @@
  *
  * Defaults, measured (see README, "Socket send buffer"): on Linux 6.18
  * nbdcopy reading 4G in 256K requests ran 1.28x faster with 2M than
- * with the kernel's default (4M: no better); on macOS QEMU measured up
- * to 12x from 2M (the seed thread).  So 2M on both, off elsewhere
- * (unmeasured).  When the default is capped by the kernel that is only
+ * with the kernel's default (4M: no better); on macOS, QEMU's patch
+ * that raised its NBD unix sockets to 2M measured qemu-img convert up
+ * to 12x faster.  So 2M on both, off elsewhere (unmeasured).  When the default is capped by the kernel that is only
  * a debug message: the user did not ask for it.
  */
 
@@ -58,7 +58,10 @@
 
 #include <nbdkit-filter.h>
 
-#include "reshape.h"
+#include "sockbuf.h"
+#include "stats.h"
+
+NBDKIT_DLL_PUBLIC int reshape_debug_sockbuf;
 
 #if defined (__linux__) || defined (__APPLE__)
 #define DEFAULT_SNDBUF (2 * 1024 * 1024)
@@ -66,10 +69,17 @@
 #define DEFAULT_SNDBUF 0
 #endif
 
+/* Set once at configuration, read-only after. */
+static struct {
+  bool given;                     /* reshape-sndbuf was set */
+  uint32_t size;                  /* 0: off */
+} conf;
+
 void
-reshape_sockbuf_default (struct reshape_config *cfg)
+sockbuf_configure (bool given, uint32_t size)
 {
-  cfg->sndbuf = DEFAULT_SNDBUF;
+  conf.given = given;
+  conf.size = given ? size : DEFAULT_SNDBUF;
 }
 
 #if defined (HAVE_SYS_SOCKET_H) && defined (HAVE_SYS_UN_H) && \
@@ -246,10 +256,10 @@ raise_one (int fd, void *opaque)
     len = sizeof cur;
     if (getsockopt (fd, SOL_SOCKET, SO_SNDBUF, &cur, &len) == -1)
       return;
-    reshape_stats_add (C_SOCK_RAISED, 1);
+    stats_add (C_SOCK_RAISED, 1);
     if (cur < target)
       __atomic_store_n (&capped, cur, __ATOMIC_RELAXED);
-    if (cur < target && !reshape_cfg.sndbuf_set)
+    if (cur < target && !conf.given)
       nbdkit_debug ("reshape: default send buffer capped by the kernel "
                     "at %d bytes", cur);
     else if (cur < target &&
@@ -258,7 +268,7 @@ raise_one (int fd, void *opaque)
                     "buffer at %d bytes (asked %" PRIu32 "); raise "
                     "net.core.wmem_max to allow more", cur, s->want);
   }
-  reshape_stats_max (C_SOCK_OBTAINED, cur);
+  stats_max (C_SOCK_OBTAINED, cur);
   if (reshape_debug_sockbuf)
     nbdkit_debug ("reshape: client socket fd %d: SO_SNDBUF %d", fd, cur);
 }
@@ -287,23 +297,23 @@ raise_all (uint32_t want)
 
 #define LARGE_REPLY (256 * 1024)
 
-/* The client's socket exists by the time the connection opens. */
 void
-reshape_sockbuf_open (struct reshape_handle *h)
+sockbuf_open (struct sockbuf_conn *sc)
 {
-  if (reshape_cfg.sndbuf == 0)
+  sc->pending = false;
+  if (conf.size == 0)
     return;
-  if (reshape_cfg.sndbuf_set)
-    raise_all (reshape_cfg.sndbuf);
+  if (conf.given)
+    raise_all (conf.size);
   else
-    h->sndbuf_pending = true;
+    sc->pending = true;
 }
 
 void
-reshape_sockbuf_reply (struct reshape_handle *h, uint32_t count)
+sockbuf_reply (struct sockbuf_conn *sc, uint32_t count)
 {
   if (count >= LARGE_REPLY &&
-      __atomic_load_n (&h->sndbuf_pending, __ATOMIC_RELAXED) &&
-      __atomic_exchange_n (&h->sndbuf_pending, false, __ATOMIC_RELAXED))
-    raise_all (reshape_cfg.sndbuf);
+      __atomic_load_n (&sc->pending, __ATOMIC_RELAXED) &&
+      __atomic_exchange_n (&sc->pending, false, __ATOMIC_RELAXED))
+    raise_all (conf.size);
 }

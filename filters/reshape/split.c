@@ -5,19 +5,23 @@
  * Client requests become plugin requests here.  Each operation walks
  * its range (walk.c) and runs one small function per piece.  Data
  * pieces read into or write from slices of the client's buffer
- * directly; only partial blocks go through bounce buffers (align.c).
+ * directly; only partial blocks go through bounce buffers from the
+ * pool: read whole, then copied out (reads) or patched and written
+ * back whole (writes: read-modify-write).
  *
- * Each piece of a write (pwrite, zero, trim) locks its blocks while it
- * runs, in one lock table for the whole process (export names do not
- * tell whether two exports share storage: many plugins ignore them),
- * runs: exclusively when it read-modify-writes a partial block, shared
- * when it writes whole blocks.  Whole-block writers thus run in
- * parallel with each other but never inside somebody's
- * read-modify-write of the same block, and two requests that merely
- * share a block serialize only on that block.  A piece never waits for
- * a lock while holding one, so locks cannot deadlock.  Reads take no
- * lock: a read-modify-write writes back the bytes it did not change as
- * they were, so a concurrent read sees old or new data, never torn data.
+ * Locking.  Each piece of a write, zero or trim locks the blocks it
+ * covers while it runs: exclusively when it read-modify-writes a
+ * partial block, shared when it writes whole blocks.  So whole-block
+ * writers run in parallel with each other but never inside somebody's
+ * read-modify-write of the same block, and two requests that only
+ * share a block wait for each other on that block alone.  A piece
+ * holds one lock at a time and takes it before its bounce buffer, so
+ * locks cannot deadlock with each other or with the pool.  There is
+ * one lock table for the whole process: export names do not tell
+ * whether two exports share storage (many plugins ignore them).
+ * Reads take no lock: a read-modify-write writes back the bytes it
+ * did not change as they were, so a concurrent read sees old or new
+ * data, never torn data.
  */
 
 #include <config.h>
@@ -25,15 +29,32 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdlib.h>
+#include <string.h>
 
 #include <nbdkit-filter.h>
 
-#include "reshape.h"
+#include "common.h"
+#include "config.h"
+#include "pool.h"
+#include "rangelock.h"
+#include "split.h"
+#include "stats.h"
+#include "walk.h"
+#include "workers.h"
+
+/* -D reshape.split=1: each piece; -D reshape.rmw=1: each
+ * read-modify-write.
+ */
+NBDKIT_DLL_PUBLIC int reshape_debug_split;
+NBDKIT_DLL_PUBLIC int reshape_debug_rmw;
+
+static struct rangelock locks = {
+  .lock = PTHREAD_MUTEX_INITIALIZER,
+  .changed = PTHREAD_COND_INITIALIZER,
+};
 
 struct op {
-  nbdkit_next *next;
-  struct reshape_handle *h;
+  const struct io *io;
   uint64_t offset;            /* where the client request starts */
   char *rbuf;                 /* pread */
   const char *wbuf;           /* pwrite */
@@ -44,21 +65,85 @@ struct op {
 typedef int (*piece_fn) (const struct op *o, const struct piece *p,
                          int *err);
 
+/* Read the whole block of partial piece p into a bounce buffer. */
+static void *
+read_block (const struct io *io, const struct piece *p, int *err)
+{
+  void *blk = pool_get (POOL_BOUNCE, p->blk_count);
+
+  if (blk == NULL) {
+    *err = errno;
+    nbdkit_error ("reshape: bounce buffer: %m");
+    return NULL;
+  }
+  stats_plugin (OP_PREAD, p->blk_count);
+  if (io->next->pread (io->next, blk, p->blk_count, p->blk_offset, 0,
+                       err) == -1) {
+    pool_put (POOL_BOUNCE, blk, p->blk_count);
+    return NULL;
+  }
+  return blk;
+}
+
+static int
+rmw_read (const struct io *io, const struct piece *p, void *dst, int *err)
+{
+  char *blk = read_block (io, p, err);
+
+  if (blk == NULL)
+    return -1;
+  memcpy (dst, blk + (p->offset - p->blk_offset), p->count);
+  pool_put (POOL_BOUNCE, blk, p->blk_count);
+  stats_add (C_RMW_READS, 1);
+  return 0;
+}
+
+/* The caller holds the block's range lock exclusively, so no other
+ * write to the block can slip in between the read and the write back.
+ * src == NULL writes zeros.
+ */
+static int
+rmw_write (const struct io *io, const struct piece *p, const void *src,
+           uint32_t flags, int *err)
+{
+  char *blk = read_block (io, p, err);
+  char *at;
+  int r;
+
+  if (blk == NULL)
+    return -1;
+  at = blk + (p->offset - p->blk_offset);
+  if (src)
+    memcpy (at, src, p->count);
+  else
+    memset (at, 0, p->count);
+  if (reshape_debug_rmw)
+    nbdkit_debug ("reshape: rmw block %" PRIu64 "+%" PRIu32
+                  " for %" PRIu64 "+%" PRIu32,
+                  p->blk_offset, p->blk_count, p->offset, p->count);
+  stats_plugin (OP_PWRITE, p->blk_count);
+  r = io->next->pwrite (io->next, blk, p->blk_count, p->blk_offset, flags,
+                        err);
+  pool_put (POOL_BOUNCE, blk, p->blk_count);
+  if (r == 0)
+    stats_add (C_RMW_WRITES, 1);
+  return r;
+}
+
 /* One piece, under its block-range lock for writes (see the top). */
 static int
 run_piece (const struct op *o, const struct piece *p, piece_fn fn, int *err)
 {
   struct rangelock_entry e;
-  struct rangelock *locks = &reshape_locks;
   int r;
 
-  if (!o->write || o->h->geo.min == 1)   /* no partial blocks ever */
+  if (!o->write || o->io->geo->min == 1)   /* no partial blocks ever */
     return fn (o, p, err);
-  if (rangelock_acquire (locks, &e, p->blk_offset,
+  if (rangelock_acquire (&locks, &e, p->blk_offset,
                          p->blk_offset + p->blk_count, p->partial))
-    reshape_stats_add (C_LOCK_WAITS, 1);
+    stats_add (C_LOCK_WAITS, 1);
   r = fn (o, p, err);
-  rangelock_release (locks, &e);
+  rangelock_release (&locks, &e);
   return r;
 }
 
@@ -78,14 +163,12 @@ struct shared_walk {
 static bool
 take_piece (struct shared_walk *sw, struct piece *p, unsigned *n)
 {
-  bool more;
+  SCOPED_LOCK (&sw->lock);
 
-  pthread_mutex_lock (&sw->lock);
-  more = sw->err == 0 && walk_next (&sw->w, p);
-  if (more)
-    *n = sw->n++;
-  pthread_mutex_unlock (&sw->lock);
-  return more;
+  if (sw->err || !walk_next (&sw->w, p))
+    return false;
+  *n = sw->n++;
+  return true;
 }
 
 static void
@@ -98,41 +181,49 @@ work_on (void *opaque)
   int err = 0;
 
   while (take_piece (sw, &p, &n)) {
-    const uint64_t start = reshape_now_ns ();
+    const uint64_t start = now_ns ();
 
     if (reshape_debug_split)
       nbdkit_debug ("reshape: piece %u: %" PRIu64 "+%" PRIu32 "%s",
                     n, p.offset, p.count, p.partial ? " (partial)" : "");
     if (run_piece (sw->o, &p, sw->fn, &err) == -1) {
-      pthread_mutex_lock (&sw->lock);
+      SCOPED_LOCK (&sw->lock);
       if (sw->err == 0)
         sw->err = err;
-      pthread_mutex_unlock (&sw->lock);
     }
-    busy += reshape_now_ns () - start;
+    busy += now_ns () - start;
   }
   /* Once per thread, not per piece: the lock is on the request's path. */
-  pthread_mutex_lock (&sw->lock);
+  SCOPED_LOCK (&sw->lock);
   sw->busy_ns += busy;
-  pthread_mutex_unlock (&sw->lock);
 }
 
-/* How many helpers a request deserves: one per extra piece, at most
- * reshape-parallel - 1, none when the plugin is not fully parallel.
+/* At most how many pieces a range of count bytes cut at multiples of
+ * step makes: count / step whole steps, plus the parts of a step at
+ * either end.  (Partial blocks lie inside those end parts.)
+ */
+static uint64_t
+max_pieces (uint64_t count, uint32_t step)
+{
+  return count / step + 2;
+}
+
+/* How many helpers a request deserves: one per piece beyond the
+ * requester's own, at most reshape-parallel - 1, none when the plugin
+ * is not fully parallel.
  */
 static unsigned
 helpers_for (uint64_t count, uint32_t step)
 {
-  uint64_t pieces = count / step + 2;
-  unsigned fanout = reshape_cfg.parallel;
+  const unsigned fanout = reshape_cfg.parallel;
 
-  if (!reshape_parallel_ok || fanout <= 1)
+  if (!reshape_cfg.parallel_ok || fanout <= 1)
     return 0;
-  return pieces - 1 < fanout - 1 ? pieces - 1 : fanout - 1;
+  return min_u64 (max_pieces (count, step) - 1, fanout - 1);
 }
 
 /* Helpers overlap plugin time; a plugin that answered the last split
- * request's pieces in less than RESHAPE_SLOW_NS each on average (memory,
+ * request's pieces in less than PLUGIN_SLOW_NS each on average (memory,
  * the page cache) has none to overlap, and waking helpers would cost
  * more than it saves.  The pieces then run in the requesting thread,
  * and their times tell when the plugin gets slow again.  Reads and
@@ -142,10 +233,10 @@ helpers_for (uint64_t count, uint32_t step)
 static bool
 worth_helpers (const struct op *o)
 {
-  uint64_t ns = __atomic_load_n (&o->h->piece_ns[o->write],
+  uint64_t ns = __atomic_load_n (&o->io->split->piece_ns[o->write],
                                  __ATOMIC_RELAXED);
 
-  return ns == 0 || ns >= RESHAPE_SLOW_NS;
+  return ns == 0 || ns >= PLUGIN_SLOW_NS;
 }
 
 /* Walk [offset, offset+count) and run fn on every piece, in parallel
@@ -160,19 +251,22 @@ run_pieces (const struct op *o, uint64_t offset, uint64_t count,
                             .o = o, .fn = fn };
   unsigned helpers;
 
-  walk_init (&sw.w, &o->h->geo, offset, count, step);
+  walk_init (&sw.w, o->io->geo, offset, count, step);
   helpers = sw.w.step < count && worth_helpers (o) ?
     helpers_for (count, sw.w.step) : 0;
   if (helpers) {
-    reshape_stats_add (o->write ? C_PARALLEL_WRITES : C_PARALLEL_READS, 1);
-    reshape_workers_share (work_on, &sw, helpers);
+    stats_add (o->write ? C_PARALLEL_WRITES : C_PARALLEL_READS, 1);
+    workers_share (work_on, &sw, helpers);
   }
   else
     work_on (&sw);
   pthread_mutex_destroy (&sw.lock);
   if (sw.n > 1) {
-    reshape_stats_add (C_SPLITS, 1);
-    __atomic_store_n (&o->h->piece_ns[o->write], sw.busy_ns / sw.n | 1,
+    /* The mean piece time; never 0, which means "not timed yet". */
+    const uint64_t mean = max_u64 (sw.busy_ns / sw.n, 1);
+
+    stats_add (C_SPLITS, 1);
+    __atomic_store_n (&o->io->split->piece_ns[o->write], mean,
                       __ATOMIC_RELAXED);
   }
   if (sw.err) {
@@ -204,8 +298,8 @@ fua_policy (nbdkit_next *next, uint32_t flags, bool *flush_after)
 static int
 flush_for_fua (nbdkit_next *next, int *err)
 {
-  reshape_stats_add (C_FUA_FLUSHES, 1);
-  reshape_stats_plugin (OP_FLUSH, 0);
+  stats_add (C_FUA_FLUSHES, 1);
+  stats_plugin (OP_FLUSH, 0);
   return next->flush (next, 0, err);
 }
 
@@ -218,10 +312,10 @@ run_write (struct op *o, uint32_t count, uint32_t step, piece_fn fn,
   int r;
 
   o->write = true;
-  o->flags = fua_policy (o->next, o->flags, &flush_after);
+  o->flags = fua_policy (o->io->next, o->flags, &flush_after);
   r = run_pieces (o, o->offset, count, step, fn, err);
   if (r == 0 && flush_after)
-    r = flush_for_fua (o->next, err);
+    r = flush_for_fua (o->io->next, err);
   return r;
 }
 
@@ -231,18 +325,18 @@ pread_piece (const struct op *o, const struct piece *p, int *err)
   char *dst = o->rbuf + (p->offset - o->offset);
 
   if (p->partial)
-    return reshape_align_read (o->next, p, dst, err);
-  reshape_stats_plugin (OP_PREAD, p->count);
-  return o->next->pread (o->next, dst, p->count, p->offset, 0, err);
+    return rmw_read (o->io, p, dst, err);
+  stats_plugin (OP_PREAD, p->count);
+  return o->io->next->pread (o->io->next, dst, p->count, p->offset, 0, err);
 }
 
 int
-reshape_split_pread (nbdkit_next *next, struct reshape_handle *h,
-                     void *buf, uint32_t count, uint64_t offset, int *err)
+split_pread (const struct io *io, void *buf, uint32_t count,
+             uint64_t offset, int *err)
 {
-  struct op o = { .next = next, .h = h,
-                  .offset = offset, .rbuf = buf };
-  return run_pieces (&o, offset, count, h->geo.size, pread_piece, err);
+  struct op o = { .io = io, .offset = offset, .rbuf = buf };
+
+  return run_pieces (&o, offset, count, io->geo->size, pread_piece, err);
 }
 
 static int
@@ -251,20 +345,19 @@ pwrite_piece (const struct op *o, const struct piece *p, int *err)
   const char *src = o->wbuf + (p->offset - o->offset);
 
   if (p->partial)
-    return reshape_align_write (o->next, p, src, o->flags, err);
-  reshape_stats_plugin (OP_PWRITE, p->count);
-  return o->next->pwrite (o->next, src, p->count, p->offset, o->flags, err);
+    return rmw_write (o->io, p, src, o->flags, err);
+  stats_plugin (OP_PWRITE, p->count);
+  return o->io->next->pwrite (o->io->next, src, p->count, p->offset,
+                              o->flags, err);
 }
 
 int
-reshape_split_pwrite (nbdkit_next *next, struct reshape_handle *h,
-                      const void *buf, uint32_t count, uint64_t offset,
-                      uint32_t flags, int *err)
+split_pwrite (const struct io *io, const void *buf, uint32_t count,
+              uint64_t offset, uint32_t flags, int *err)
 {
-  struct op o = { .next = next, .h = h,
-                  .offset = offset, .wbuf = buf, .flags = flags };
+  struct op o = { .io = io, .offset = offset, .wbuf = buf, .flags = flags };
 
-  return run_write (&o, count, h->geo.size, pwrite_piece, err);
+  return run_write (&o, count, io->geo->size, pwrite_piece, err);
 }
 
 /* Partial blocks of a zero are written as zeros; MAY_TRIM and
@@ -274,23 +367,21 @@ static int
 zero_piece (const struct op *o, const struct piece *p, int *err)
 {
   if (p->partial)
-    return reshape_align_write (o->next, p, NULL,
-                                o->flags & NBDKIT_FLAG_FUA, err);
-  reshape_stats_plugin (OP_ZERO, p->count);
-  return o->next->zero (o->next, p->count, p->offset, o->flags, err);
+    return rmw_write (o->io, p, NULL, o->flags & NBDKIT_FLAG_FUA, err);
+  stats_plugin (OP_ZERO, p->count);
+  return o->io->next->zero (o->io->next, p->count, p->offset, o->flags,
+                            err);
 }
 
 int
-reshape_split_zero (nbdkit_next *next, struct reshape_handle *h,
-                    uint32_t count, uint64_t offset, uint32_t flags,
-                    int *err)
+split_zero (const struct io *io, uint32_t count, uint64_t offset,
+            uint32_t flags, int *err)
 {
-  struct op o = { .next = next, .h = h,
-                  .offset = offset, .flags = flags };
+  struct op o = { .io = io, .offset = offset, .flags = flags };
 
   /* A fast zero must not fall back to writing: partial blocks would. */
   if ((flags & NBDKIT_FLAG_FAST_ZERO) &&
-      !walk_is_aligned (&h->geo, offset, count)) {
+      !walk_is_aligned (io->geo, offset, count)) {
     *err = ENOTSUP;
     return -1;
   }
@@ -304,17 +395,16 @@ trim_piece (const struct op *o, const struct piece *p, int *err)
 {
   if (p->partial)
     return 0;
-  reshape_stats_plugin (OP_TRIM, p->count);
-  return o->next->trim (o->next, p->count, p->offset, o->flags, err);
+  stats_plugin (OP_TRIM, p->count);
+  return o->io->next->trim (o->io->next, p->count, p->offset, o->flags,
+                            err);
 }
 
 int
-reshape_split_trim (nbdkit_next *next, struct reshape_handle *h,
-                    uint32_t count, uint64_t offset, uint32_t flags,
-                    int *err)
+split_trim (const struct io *io, uint32_t count, uint64_t offset,
+            uint32_t flags, int *err)
 {
-  struct op o = { .next = next, .h = h,
-                  .offset = offset, .flags = flags };
+  struct op o = { .io = io, .offset = offset, .flags = flags };
 
   return run_write (&o, count, UINT32_MAX, trim_piece, err);
 }
@@ -322,8 +412,9 @@ reshape_split_trim (nbdkit_next *next, struct reshape_handle *h,
 static int
 cache_piece (const struct op *o, const struct piece *p, int *err)
 {
-  reshape_stats_plugin (OP_CACHE, p->count);
-  return o->next->cache (o->next, p->count, p->offset, o->flags, err);
+  stats_plugin (OP_CACHE, p->count);
+  return o->io->next->cache (o->io->next, p->count, p->offset, o->flags,
+                             err);
 }
 
 /* Cache is a hint: widen it to whole blocks, and send only the first
@@ -331,18 +422,16 @@ cache_piece (const struct op *o, const struct piece *p, int *err)
  * plugin calls).
  */
 int
-reshape_split_cache (nbdkit_next *next, struct reshape_handle *h,
-                     uint32_t count, uint64_t offset, uint32_t flags,
-                     int *err)
+split_cache (const struct io *io, uint32_t count, uint64_t offset,
+             uint32_t flags, int *err)
 {
-  struct op o = { .next = next, .h = h,
-                  .offset = offset, .flags = flags };
+  struct op o = { .io = io, .offset = offset, .flags = flags };
   struct walk w;
   struct piece p;
   uint64_t start, end;
 
-  walk_round_out (&h->geo, offset, count, &start, &end);
-  walk_init (&w, &h->geo, start, end - start, UINT32_MAX);
+  walk_round_out (io->geo, offset, count, &start, &end);
+  walk_init (&w, io->geo, start, end - start, UINT32_MAX);
   walk_next (&w, &p);
   return cache_piece (&o, &p, err);
 }
@@ -354,9 +443,9 @@ reshape_split_cache (nbdkit_next *next, struct reshape_handle *h,
  * offset is handed on.  Each call is at most reshape-max.
  */
 static int
-query_extents (nbdkit_next *next, struct reshape_handle *h,
-               uint64_t start, uint64_t end, uint64_t offset,
-               uint32_t flags, struct nbdkit_extents *mine, int *err)
+query_extents (const struct io *io, uint64_t start, uint64_t end,
+               uint64_t offset, uint32_t flags,
+               struct nbdkit_extents *mine, int *err)
 {
   uint64_t pos = start;
 
@@ -366,10 +455,11 @@ query_extents (nbdkit_next *next, struct reshape_handle *h,
     size_t n;
     struct nbdkit_extent last;
 
-    walk_init (&w, &h->geo, pos, end - pos, UINT32_MAX);
+    walk_init (&w, io->geo, pos, end - pos, UINT32_MAX);
     walk_next (&w, &p);
-    reshape_stats_plugin (OP_EXTENTS, p.count);
-    if (next->extents (next, p.count, p.offset, flags, mine, err) == -1)
+    stats_plugin (OP_EXTENTS, p.count);
+    if (io->next->extents (io->next, p.count, p.offset, flags, mine,
+                           err) == -1)
       return -1;
     n = nbdkit_extents_count (mine);
     if (n == 0)
@@ -383,24 +473,23 @@ query_extents (nbdkit_next *next, struct reshape_handle *h,
 }
 
 int
-reshape_split_extents (nbdkit_next *next, struct reshape_handle *h,
-                       uint32_t count, uint64_t offset, uint32_t flags,
-                       struct nbdkit_extents *extents, int *err)
+split_extents (const struct io *io, uint32_t count, uint64_t offset,
+               uint32_t flags, struct nbdkit_extents *extents, int *err)
 {
   struct nbdkit_extents *mine;
   uint64_t start, end;
   size_t i;
   int r;
 
-  walk_round_out (&h->geo, offset, count, &start, &end);
+  walk_round_out (io->geo, offset, count, &start, &end);
   if (start == offset)          /* already aligned: the client's list */
-    return query_extents (next, h, start, end, offset, flags, extents, err);
+    return query_extents (io, start, end, offset, flags, extents, err);
   mine = nbdkit_extents_new (start, end);
   if (mine == NULL) {
     *err = errno;
     return -1;
   }
-  r = query_extents (next, h, start, end, offset, flags, mine, err);
+  r = query_extents (io, start, end, offset, flags, mine, err);
   for (i = 0; r == 0 && i < nbdkit_extents_count (mine); i++) {
     struct nbdkit_extent e = nbdkit_get_extent (mine, i);
     if (e.offset + e.length <= offset)

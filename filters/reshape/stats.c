@@ -2,21 +2,21 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * Statistics: what clients asked for beside what the plugin was sent,
- * so the report shows at a glance how request sizes were reshaped.
- * Counters are updated with relaxed atomics: no lock on the data path.
+ * The report shows at a glance how request sizes were reshaped: client
+ * and plugin requests side by side, by size class.
  */
 
 #include <config.h>
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <nbdkit-filter.h>
 
-#include "reshape.h"
+#include "stats.h"
 
 #define BUCKETS 33                      /* log2 of 0 .. 4G */
 #define BAR 24                          /* widest histogram bar */
@@ -29,11 +29,11 @@ struct opstats {
 static struct opstats client[OP_COUNT], plugin[OP_COUNT];
 static uint64_t counters[C_COUNTERS];
 
-static const char *op_names[OP_COUNT] = {
+static const char *const op_names[OP_COUNT] = {
   "pread", "pwrite", "zero", "trim", "cache", "extents", "flush",
 };
 
-static const char *counter_names[C_COUNTERS] = {
+static const char *const counter_names[C_COUNTERS] = {
   [C_SPLITS] = "requests split",
   [C_PARALLEL_READS] = "split reads run in parallel",
   [C_PARALLEL_WRITES] = "split writes run in parallel",
@@ -48,6 +48,8 @@ static const char *counter_names[C_COUNTERS] = {
   [C_RA_WINDOW] = "readahead window high-water (bytes)",
   [C_WB_STAGED] = "bytes staged (write-back)",
   [C_WB_WRITTEN] = "staged bytes written back",
+  [C_WB_FAILED] = "write-backs failed (kept staged)",
+  [C_WB_LOST] = "staged bytes lost at close",
   [C_POOL_ALLOCS] = "pool buffers allocated",
   [C_POOL_REUSES] = "pool buffers reused",
   [C_POOL_WAITS] = "pool waits at the cap",
@@ -75,25 +77,25 @@ account (struct opstats *s, uint64_t bytes)
 }
 
 void
-reshape_stats_client (enum reshape_op op, uint64_t bytes)
+stats_client (enum stats_op op, uint64_t bytes)
 {
   account (&client[op], bytes);
 }
 
 void
-reshape_stats_plugin (enum reshape_op op, uint64_t bytes)
+stats_plugin (enum stats_op op, uint64_t bytes)
 {
   account (&plugin[op], bytes);
 }
 
 void
-reshape_stats_add (enum reshape_counter c, uint64_t n)
+stats_add (enum stats_counter c, uint64_t n)
 {
   __atomic_fetch_add (&counters[c], n, __ATOMIC_RELAXED);
 }
 
 void
-reshape_stats_max (enum reshape_counter c, uint64_t v)
+stats_max (enum stats_counter c, uint64_t v)
 {
   uint64_t old = __atomic_load_n (&counters[c], __ATOMIC_RELAXED);
 
@@ -134,7 +136,7 @@ bar (FILE *fp, uint64_t n, uint64_t scale)
 
 /* Side by side, one line per size class either side used. */
 static void
-histogram (FILE *fp, enum reshape_op op)
+histogram (FILE *fp, enum stats_op op)
 {
   const struct opstats *c = &client[op], *p = &plugin[op];
   uint64_t scale = 0;
@@ -180,9 +182,8 @@ write_report (FILE *fp)
     fprintf (fp, "%-38s %" PRIu64 "\n", counter_names[i], counters[i]);
 }
 
-/* Write the report to file if given, and as debug lines (-v). */
 void
-reshape_stats_report (const char *file)
+stats_report (const char *file)
 {
   char *text = NULL, *line, *save = NULL;
   size_t len = 0;

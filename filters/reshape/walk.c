@@ -11,13 +11,8 @@
 
 #include <assert.h>
 
+#include "common.h"
 #include "walk.h"
-
-static uint64_t
-min64 (uint64_t a, uint64_t b)
-{
-  return a < b ? a : b;
-}
 
 void
 walk_init (struct walk *w, const struct geometry *geo,
@@ -42,7 +37,7 @@ walk_init (struct walk *w, const struct geometry *geo,
 static uint64_t
 block_end (const struct walk *w, uint64_t block_start)
 {
-  return min64 (block_start + w->align, w->exportsize);
+  return min_u64 (block_start + w->align, w->exportsize);
 }
 
 /* How far an aligned piece starting at w->pos may reach. */
@@ -66,8 +61,8 @@ aligned_end (const struct walk *w)
     end -= end % w->align;
   else if (w->pos < last)
     end = last;
-  end = min64 (end, next_cut);
-  return min64 (end, w->pos + w->cap);
+  end = min_u64 (end, next_cut);
+  return min_u64 (end, w->pos + w->cap);
 }
 
 bool
@@ -83,7 +78,7 @@ walk_next (struct walk *w, struct piece *p)
   p->offset = w->pos;
   if (w->pos != bstart || w->end < bend) {
     p->partial = true;
-    p->count = min64 (w->end, bend) - w->pos;
+    p->count = min_u64 (w->end, bend) - w->pos;
     p->blk_offset = bstart;
     p->blk_count = bend - bstart;
   }
@@ -119,5 +114,5 @@ walk_round_out (const struct geometry *geo, uint64_t offset, uint32_t count,
   *start = offset - offset % geo->min;
   if (e % geo->min)
     e += geo->min - e % geo->min;
-  *end = min64 (e, geo->exportsize);
+  *end = min_u64 (e, geo->exportsize);
 }

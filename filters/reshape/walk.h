@@ -19,7 +19,6 @@ struct geometry {
   uint32_t size;          /* optimal request size, multiple of min */
   uint32_t max;           /* cap on any plugin request, multiple of min */
   uint64_t exportsize;    /* the plugin's export size */
-  uint32_t preferred;     /* told to clients, power of 2 (config.c) */
 };
 
 /* One plugin request.  [offset, offset+count) is the part of the client

@@ -2,11 +2,11 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * Helper threads, so that the pieces of one request can run at the same
- * time.  Work is shared, not handed off: the requesting thread always
- * works on its own request too, and helpers join it when they are free.
- * So a request never waits for a helper to become available, and a
- * busy or missing helper only costs parallelism, never progress.
+ * Helper threads.  Work is shared, not handed off: the requesting
+ * thread always works on its own request too, and helpers join it when
+ * they are free.  So a request never waits for a helper to become
+ * available, and a busy or missing helper only costs parallelism,
+ * never progress.
  *
  * Threads start the nbdkit way, after nbdkit forks (after_fork), and
  * stop at cleanup, when no connection is left.
@@ -17,17 +17,17 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include <nbdkit-filter.h>
 
-#include "reshape.h"
+#include "common.h"
+#include "workers.h"
 
 #define MAX_HELPERS 64
 
+/* A helper's share of one request's work, on the requester's stack. */
 struct job {
-  struct share *share;          /* NULL: a detached job */
+  struct share *share;
   void (*fn) (void *opaque);
   void *opaque;
   struct job *next;
@@ -38,53 +38,56 @@ struct share {
   unsigned running;
 };
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t work_ready = PTHREAD_COND_INITIALIZER;
-static pthread_cond_t work_done = PTHREAD_COND_INITIALIZER;
-static struct job *queue_head, **queue_tail = &queue_head;
-static pthread_t threads[MAX_HELPERS];
-static unsigned nr_threads;
-static bool stopping;
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t work_ready;
+  pthread_cond_t work_done;
+  struct job *head, **tail;
+  pthread_t threads[MAX_HELPERS];
+  unsigned nr_threads;
+  bool stopping;
+} w = {
+  .lock = PTHREAD_MUTEX_INITIALIZER,
+  .work_ready = PTHREAD_COND_INITIALIZER,
+  .work_done = PTHREAD_COND_INITIALIZER,
+  .tail = &w.head,
+};
 
 static void *
 helper (void *arg)
 {
-  pthread_mutex_lock (&lock);
+  pthread_mutex_lock (&w.lock);       /* dropped around each job */
   for (;;) {
-    struct job *j = queue_head;
+    struct job *j = w.head;
     if (j == NULL) {
-      if (stopping)
+      if (w.stopping)
         break;
-      pthread_cond_wait (&work_ready, &lock);
+      pthread_cond_wait (&w.work_ready, &w.lock);
       continue;
     }
-    queue_head = j->next;
-    if (queue_head == NULL)
-      queue_tail = &queue_head;
-    pthread_mutex_unlock (&lock);
+    w.head = j->next;
+    if (w.head == NULL)
+      w.tail = &w.head;
+    pthread_mutex_unlock (&w.lock);
     j->fn (j->opaque);
-    pthread_mutex_lock (&lock);
-    if (j->share) {
-      j->share->running--;
-      pthread_cond_broadcast (&work_done);
-    }
-    else
-      free (j);
+    pthread_mutex_lock (&w.lock);
+    j->share->running--;
+    pthread_cond_broadcast (&w.work_done);
   }
-  pthread_mutex_unlock (&lock);
+  pthread_mutex_unlock (&w.lock);
   return NULL;
 }
 
 int
-reshape_workers_start (unsigned n)
+workers_start (unsigned n)
 {
   int err;
 
   if (n > MAX_HELPERS)
     n = MAX_HELPERS;
-  stopping = false;
-  for (nr_threads = 0; nr_threads < n; nr_threads++) {
-    err = pthread_create (&threads[nr_threads], NULL, helper, NULL);
+  w.stopping = false;
+  for (w.nr_threads = 0; w.nr_threads < n; w.nr_threads++) {
+    err = pthread_create (&w.threads[w.nr_threads], NULL, helper, NULL);
     if (err) {
       errno = err;
       nbdkit_error ("reshape: starting helper thread: %m");
@@ -96,99 +99,67 @@ reshape_workers_start (unsigned n)
 
 /* Called with no connection left, so nothing new is queued. */
 void
-reshape_workers_stop (void)
+workers_stop (void)
 {
   unsigned i;
 
-  pthread_mutex_lock (&lock);
-  stopping = true;
-  pthread_cond_broadcast (&work_ready);
-  pthread_mutex_unlock (&lock);
-  for (i = 0; i < nr_threads; i++)
-    pthread_join (threads[i], NULL);
-  nr_threads = 0;
+  {
+    SCOPED_LOCK (&w.lock);
+    w.stopping = true;
+    pthread_cond_broadcast (&w.work_ready);
+  }
+  for (i = 0; i < w.nr_threads; i++)
+    pthread_join (w.threads[i], NULL);
+  w.nr_threads = 0;
 }
 
-unsigned
-reshape_workers_count (void)
-{
-  return nr_threads;
-}
-
-static void
-enqueue (struct job *j)
-{
-  j->next = NULL;
-  *queue_tail = j;
-  queue_tail = &j->next;
-}
-
-/* Remove the jobs of share s that no helper has started yet. */
+/* Remove the jobs of share s that no helper has started yet.  Lock
+ * held.
+ */
 static void
 withdraw (struct share *s)
 {
-  struct job **pp = &queue_head;
+  struct job **pp = &w.head;
 
-  queue_tail = &queue_head;
+  w.tail = &w.head;
   while (*pp) {
     if ((*pp)->share == s) {
       *pp = (*pp)->next;
       s->running--;
     }
     else {
-      queue_tail = &(*pp)->next;
+      w.tail = &(*pp)->next;
       pp = &(*pp)->next;
     }
   }
 }
 
 void
-reshape_workers_share (void (*fn) (void *), void *opaque, unsigned helpers)
+workers_share (void (*fn) (void *), void *opaque, unsigned helpers)
 {
   struct job jobs[MAX_HELPERS];
   struct share s = { .running = 0 };
   unsigned i;
 
-  if (helpers > nr_threads)
-    helpers = nr_threads;
-  pthread_mutex_lock (&lock);
-  for (i = 0; i < helpers; i++) {
-    jobs[i] = (struct job) { .share = &s, .fn = fn, .opaque = opaque };
-    enqueue (&jobs[i]);
-    s.running++;
+  {
+    SCOPED_LOCK (&w.lock);
+    if (helpers > w.nr_threads)
+      helpers = w.nr_threads;
+    for (i = 0; i < helpers; i++) {
+      jobs[i] = (struct job) { .share = &s, .fn = fn, .opaque = opaque };
+      *w.tail = &jobs[i];
+      w.tail = &jobs[i].next;
+      jobs[i].next = NULL;
+      s.running++;
+    }
+    if (helpers)
+      pthread_cond_broadcast (&w.work_ready);
   }
-  if (helpers)
-    pthread_cond_broadcast (&work_ready);
-  pthread_mutex_unlock (&lock);
 
   fn (opaque);                    /* our own share of the work */
 
-  pthread_mutex_lock (&lock);
+  SCOPED_LOCK (&w.lock);
   withdraw (&s);
   while (s.running > 0)
-    pthread_cond_wait (&work_done, &lock);
-  pthread_mutex_unlock (&lock);
-}
-
-bool
-reshape_workers_submit (void (*fn) (void *), void *opaque)
-{
-  struct job *j;
-
-  if (nr_threads == 0)
-    return false;
-  j = malloc (sizeof *j);
-  if (j == NULL)
-    return false;
-  *j = (struct job) { .share = NULL, .fn = fn, .opaque = opaque };
-  pthread_mutex_lock (&lock);
-  if (stopping) {
-    pthread_mutex_unlock (&lock);
-    free (j);
-    return false;
-  }
-  enqueue (j);
-  pthread_cond_signal (&work_ready);
-  pthread_mutex_unlock (&lock);
-  return true;
+    pthread_cond_wait (&w.work_done, &w.lock);
 }

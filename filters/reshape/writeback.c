@@ -10,8 +10,8 @@
  *   - a read, zero, trim or extents request overlapping it, a FUA or
  *     large write overlapping it (written through after), a write to
  *     the same block that would leave too many gaps;
- *   - flush (then the plugin's flush), connection close (finalize),
- *     and when staging reaches its share of the pool (eviction).
+ *   - flush (then the plugin's flush), connection close, and when
+ *     staging reaches its share of the pool (eviction).
  *
  * A block leaves staging only once the plugin has it.  A write-back
  * that fails keeps the block staged and is tried again at the next of
@@ -24,11 +24,12 @@
  * when the last connection that can see a block closes, after
  * retries, is it given up, with an error naming the bytes lost.
  *
- * Who may touch a block: a thread claims it (busy) to write it back,
- * to lay it over a read or to patch it around a write sent through;
- * others wait.  A request claims all the blocks it needs at once, and
- * never waits for a claim while holding one, so claims cannot
- * deadlock.
+ * Who may touch a block's data: a thread claims the block (busy) to
+ * write it back, to lay it over a read or to patch it around a write
+ * sent through; others wait.  A request claims all the blocks it
+ * needs at once and never waits for a claim while holding one, so
+ * claims cannot deadlock.  Staging a write (under the export's lock)
+ * waits for its block to be free.
  *
  * All write-back runs inline, in the request that needs it, so it
  * works with plugins that serialize requests (no background thread
@@ -50,75 +51,48 @@
 
 #include <nbdkit-filter.h>
 
+#include "cache.h"
 #include "common.h"
-#include "reshape.h"
-
-/* Staged bytes of a block: sorted, disjoint, not touching.  Requests
- * reach the filter slightly out of order, so a block fills up with a
- * few gaps on the way; more than MAX_RANGES and it is written back.
- */
-#define MAX_RANGES 16
+#include "pool.h"
+#include "ranges.h"
+#include "split.h"
+#include "stage.h"
+#include "stats.h"
+#include "writeback.h"
 
 /* Tries per block when a connection closes, before giving it up. */
 #define CLOSE_TRIES 8
 
-struct range {
-  uint32_t lo, hi;
-};
-
 struct wb_block {
-  struct reshape_handle *owner; /* NULL: shared by the export */
+  const struct wb_conn *owner;  /* NULL: shared by the export */
   uint64_t seq;                 /* when it was created */
   uint64_t off;                 /* aligned to reshape-size */
   uint32_t len;                 /* block length, clipped at export end */
-  unsigned nr;                  /* staged ranges */
-  struct range r[MAX_RANGES];
+  struct ranges staged;         /* the bytes of it staged */
   char *buf;
   bool busy;                    /* claimed by a thread */
   int failed;                   /* error of its last write-back, or 0 */
-  uint64_t tried;               /* the last flush that tried it */
+  uint64_t tried;               /* the last flush or close that tried it */
   struct wb_block *next;        /* the export's list */
   struct wb_block *claimed;     /* its claimer's list */
 };
 
-/* Add [lo, hi) to the ranges of b, merging what touches it.  False if
- * that needs more ranges than a block keeps.
- */
-static bool
-add_range (struct wb_block *b, uint32_t lo, uint32_t hi)
-{
-  struct range out[MAX_RANGES + 1];
-  unsigned i, n = 0;
-  bool placed = false;
+struct writeback {
+  pthread_mutex_t lock;         /* the list and each block's fields */
+  pthread_cond_t changed;       /* a block was released or removed */
+  struct wb_block *blocks;      /* newest first */
+  unsigned conns;               /* connections open to the export */
+};
 
-  for (i = 0; i < b->nr; i++) {
-    struct range x = b->r[i];
-    if (x.hi < lo || hi < x.lo) {         /* apart: keep in order */
-      if (!placed && hi < x.lo) {
-        out[n++] = (struct range) { lo, hi };
-        placed = true;
-      }
-      out[n++] = x;
-    }
-    else {                                /* touching: absorb */
-      if (x.lo < lo) lo = x.lo;
-      if (x.hi > hi) hi = x.hi;
-    }
-    if (n > MAX_RANGES)
-      return false;
-  }
-  if (!placed)
-    out[n++] = (struct range) { lo, hi };
-  if (n > MAX_RANGES)
-    return false;
-  memcpy (b->r, out, n * sizeof out[0]);
-  b->nr = n;
-  return true;
-}
+/* Shared by all exports. */
+static struct {
+  uint64_t staged_bytes;        /* atomic: the fast path's test */
+  uint64_t next_seq;            /* block creation order, atomic */
+  uint64_t next_ticket;         /* drain tickets, atomic */
+} all;
 
-/* The first and last staged byte, for overlap tests. */
-static uint64_t first_byte (const struct wb_block *b) { return b->off + b->r[0].lo; }
-static uint64_t end_byte (const struct wb_block *b) { return b->off + b->r[b->nr - 1].hi; }
+static uint64_t first_byte (const struct wb_block *b) { return b->off + ranges_first (&b->staged); }
+static uint64_t end_byte (const struct wb_block *b) { return b->off + ranges_end (&b->staged); }
 
 static bool
 overlaps (const struct wb_block *b, uint64_t lo, uint64_t hi)
@@ -126,56 +100,17 @@ overlaps (const struct wb_block *b, uint64_t lo, uint64_t hi)
   return first_byte (b) < hi && lo < end_byte (b);
 }
 
-/* Shared by all exports. */
-static struct {
-  uint64_t staged_bytes;        /* atomic: the fast path's test */
-  uint64_t next_seq;            /* block creation order, atomic */
-  uint64_t next_ticket;         /* flush tickets, atomic */
-} all;
-
-void
-reshape_writeback_init (struct writeback *wb)
-{
-  pthread_mutex_init (&wb->lock, NULL);
-  pthread_cond_init (&wb->changed, NULL);
-  wb->blocks = NULL;
-  wb->conns = 0;
-}
-
-static void give_up (struct wb_block *b);
-
-void
-reshape_writeback_destroy (struct writeback *wb)
-{
-  /* Every connection finalized gave up what it could not write; a
-   * connection that never got that far leaves its blocks here.
-   */
-  while (wb->blocks) {
-    struct wb_block *b = wb->blocks;
-    wb->blocks = b->next;
-    give_up (b);
-  }
-  pthread_cond_destroy (&wb->changed);
-  pthread_mutex_destroy (&wb->lock);
-}
-
 static bool
-enabled (void)
+visible (const struct wb_block *b, const struct wb_conn *wc)
 {
-  return reshape_cfg.writeback &&
-    __atomic_load_n (&all.staged_bytes, __ATOMIC_RELAXED) > 0;
+  return b->owner == NULL || b->owner == wc;
 }
 
-static struct reshape_handle *
-owner_of (struct reshape_handle *h)
-{
-  return h->multi_conn ? NULL : h;
-}
-
+/* Is anything staged anywhere?  Every request asks first. */
 static bool
-visible (const struct wb_block *b, struct reshape_handle *h)
+anything_staged (void)
 {
-  return b->owner == NULL || b->owner == h;
+  return __atomic_load_n (&all.staged_bytes, __ATOMIC_RELAXED) > 0;
 }
 
 static void
@@ -192,44 +127,89 @@ give_up (struct wb_block *b)
 {
   unsigned i;
 
-  for (i = 0; i < b->nr; i++)
+  for (i = 0; i < b->staged.nr; i++) {
+    const struct range x = b->staged.r[i];
     nbdkit_error ("reshape: write-back: %" PRIu32 " acknowledged bytes at "
                   "%" PRIu64 " lost: the plugin kept failing (%s)",
-                  b->r[i].hi - b->r[i].lo, b->off + b->r[i].lo,
+                  x.hi - x.lo, b->off + x.lo,
                   strerror (b->failed ? b->failed : EIO));
+    stats_add (C_WB_LOST, x.hi - x.lo);
+  }
   free_block (b);
 }
 
-/* Claim every block visible to h that overlaps [lo, hi), once none of
- * them is busy (so nothing is held while waiting).
+struct writeback *
+writeback_new (void)
+{
+  struct writeback *wb = calloc (1, sizeof *wb);
+
+  if (wb == NULL)
+    return NULL;
+  pthread_mutex_init (&wb->lock, NULL);
+  pthread_cond_init (&wb->changed, NULL);
+  return wb;
+}
+
+void
+writeback_free (struct writeback *wb)
+{
+  /* Connections closed give up what they could not write; one that
+   * never got that far (its client vanished during the handshake) has
+   * nothing staged, but be sure.
+   */
+  while (wb->blocks) {
+    struct wb_block *b = wb->blocks;
+    wb->blocks = b->next;
+    give_up (b);
+  }
+  pthread_cond_destroy (&wb->changed);
+  pthread_mutex_destroy (&wb->lock);
+  free (wb);
+}
+
+void
+writeback_open (struct wb_conn *wc, struct writeback *wb, bool shared)
+{
+  wc->wb = wb;
+  wc->shared = shared;
+  SCOPED_LOCK (&wb->lock);
+  wb->conns++;
+}
+
+/* Claim b for c.  Lock held, b not busy. */
+static void
+claim (struct wb_claim *c, struct wb_block *b)
+{
+  b->busy = true;
+  b->claimed = c->list;
+  c->list = b;
+}
+
+/* Claim every block visible to wc that overlaps [lo, hi), once none
+ * of them is busy (so nothing is held while waiting).
  */
 static void
-claim_range (struct writeback_claim *c, struct reshape_handle *h,
-             uint64_t lo, uint64_t hi)
+claim_range (struct wb_claim *c, struct wb_conn *wc, uint64_t lo,
+             uint64_t hi)
 {
-  struct writeback *wb = &h->exp->wb;
+  struct writeback *wb = wc->wb;
   struct wb_block *b;
   SCOPED_LOCK (&wb->lock);
 
-  c->wb = wb;
-  c->list = NULL;
  again:
   for (b = wb->blocks; b; b = b->next)
-    if (visible (b, h) && overlaps (b, lo, hi) && b->busy) {
+    if (visible (b, wc) && overlaps (b, lo, hi) && b->busy) {
       pthread_cond_wait (&wb->changed, &wb->lock);
       goto again;
     }
   for (b = wb->blocks; b; b = b->next)
-    if (visible (b, h) && overlaps (b, lo, hi)) {
-      b->busy = true;
-      b->claimed = c->list;
-      c->list = b;
-    }
+    if (visible (b, wc) && overlaps (b, lo, hi))
+      claim (c, b);
 }
 
 /* Let the claimed blocks go. */
 static void
-release (struct writeback_claim *c)
+release (struct wb_claim *c)
 {
   struct wb_block *b;
 
@@ -242,86 +222,98 @@ release (struct writeback_claim *c)
   pthread_cond_broadcast (&c->wb->changed);
 }
 
-/* Write claimed block b to the plugin.  On success it leaves staging
- * (unlinked and freed); on failure it stays, still claimed, with the
- * error noted.  Returns 0 or the error.
- */
-static int
-write_back (nbdkit_next *next, struct reshape_handle *h,
-            struct writeback *wb, struct wb_block *b)
+/* Unlink b (claimed) from the export's list and free it. */
+static void
+remove_block (struct writeback *wb, struct wb_block *b)
 {
-  const uint64_t lo = first_byte (b), hi = end_byte (b);
-  int err = 0, r = 0;
-  unsigned i;
+  struct wb_block **pp;
 
-  for (i = 0; i < b->nr; i++) {
-    const struct range x = b->r[i];
-    if (reshape_split_pwrite (next, h, b->buf + x.lo, x.hi - x.lo,
-                              b->off + x.lo, 0, &err) == -1) {
-      nbdkit_error ("reshape: deferred write of %" PRIu32 " bytes at %"
-                    PRIu64 " failed: %s; kept staged, tried again later",
-                    x.hi - x.lo, b->off + x.lo, strerror (err));
-      r = err;
-    }
-  }
-  if (r) {
-    b->failed = r;
-    return r;
-  }
-  for (i = 0; i < b->nr; i++)
-    reshape_stats_add (C_WB_WRITTEN, b->r[i].hi - b->r[i].lo);
-  /* Whatever a reader cached meanwhile is older than this. */
-  reshape_export_invalidate (lo, hi);
   {
-    struct wb_block **pp;
     SCOPED_LOCK (&wb->lock);
-
     for (pp = &wb->blocks; *pp != b; pp = &(*pp)->next)
       ;
     *pp = b->next;
     pthread_cond_broadcast (&wb->changed);
   }
   free_block (b);
+}
+
+/* Write claimed block b to the plugin.  On success it leaves staging
+ * (unlinked and freed); on failure it stays, still claimed, with the
+ * error noted.  0, or -1 with *err set.
+ */
+static int
+write_back (const struct io *io, struct writeback *wb, struct wb_block *b,
+            int *err)
+{
+  const uint64_t lo = first_byte (b), hi = end_byte (b);
+  bool failed = false;
+  unsigned i;
+
+  for (i = 0; i < b->staged.nr; i++) {
+    const struct range x = b->staged.r[i];
+    int e;
+    if (split_pwrite (io, b->buf + x.lo, x.hi - x.lo, b->off + x.lo, 0,
+                      &e) == -1) {
+      nbdkit_error ("reshape: deferred write of %" PRIu32 " bytes at %"
+                    PRIu64 " failed: %s; kept staged, tried again later",
+                    x.hi - x.lo, b->off + x.lo, strerror (e));
+      if (!failed)
+        *err = e;
+      failed = true;
+    }
+  }
+  if (failed) {
+    b->failed = *err;
+    stats_add (C_WB_FAILED, 1);
+    return -1;
+  }
+  for (i = 0; i < b->staged.nr; i++)
+    stats_add (C_WB_WRITTEN, b->staged.r[i].hi - b->staged.r[i].lo);
+  /* Whatever a reader cached meanwhile is older than this. */
+  cache_invalidate_all (lo, hi);
+  remove_block (wb, b);
   return 0;
 }
 
 /* Write back every claimed block; the ones that fail stay claimed.
- * Returns 0 or the first error.
+ * 0, or -1 with *err set to the first error.
  */
 static int
-settle (nbdkit_next *next, struct reshape_handle *h,
-        struct writeback_claim *c)
+settle (const struct io *io, struct wb_claim *c, int *err)
 {
   struct wb_block **pp = &c->list;
-  int err = 0;
+  int r = 0, e = 0;
 
   while (*pp) {
     struct wb_block *b = *pp, *after = b->claimed;
-    int e = write_back (next, h, c->wb, b);
-    if (e == 0)
+
+    if (write_back (io, c->wb, b, &e) == 0)
       *pp = after;                /* b is gone */
     else {
-      if (!err)
-        err = e;
+      if (r == 0)
+        *err = e;
+      r = -1;
       pp = &b->claimed;
     }
   }
-  return err;
+  return r;
 }
 
 /* Lay the staged bytes of the claimed blocks over buf, which holds
  * [offset, offset+count) as read from the plugin.
  */
 static void
-overlay (const struct writeback_claim *c, char *buf, uint32_t count, uint64_t offset)
+overlay (const struct wb_claim *c, char *buf, uint32_t count,
+         uint64_t offset)
 {
   const struct wb_block *b;
   unsigned i;
 
   for (b = c->list; b; b = b->claimed)
-    for (i = 0; i < b->nr; i++) {
-      uint64_t lo = max_u64 (b->off + b->r[i].lo, offset);
-      uint64_t hi = min_u64 (b->off + b->r[i].hi, offset + count);
+    for (i = 0; i < b->staged.nr; i++) {
+      uint64_t lo = max_u64 (b->off + b->staged.r[i].lo, offset);
+      uint64_t hi = min_u64 (b->off + b->staged.r[i].hi, offset + count);
       if (lo < hi)
         memcpy (buf + (lo - offset), b->buf + (lo - b->off), hi - lo);
     }
@@ -333,7 +325,7 @@ overlay (const struct writeback_claim *c, char *buf, uint32_t count, uint64_t of
  * undo it.
  */
 static void
-patch (const struct writeback_claim *c, const char *src, uint32_t count,
+patch (const struct wb_claim *c, const char *src, uint32_t count,
        uint64_t offset)
 {
   const struct wb_block *b;
@@ -351,22 +343,21 @@ patch (const struct writeback_claim *c, const char *src, uint32_t count,
 }
 
 void
-reshape_writeback_begin (nbdkit_next *next, struct reshape_handle *h,
-                         uint64_t lo, uint64_t hi,
-                         struct writeback_claim *c)
+writeback_begin (struct wb_conn *wc, const struct io *io,
+                 uint64_t lo, uint64_t hi, struct wb_claim *c)
 {
-  c->wb = &h->exp->wb;
-  c->list = NULL;
-  c->err = 0;
-  if (!enabled ())
+  *c = (struct wb_claim) { .wb = wc->wb };
+  if (!anything_staged ())
     return;
-  claim_range (c, h, lo, hi);
-  c->err = settle (next, h, c);
+  claim_range (c, wc, lo, hi);
+  /* What the plugin refuses stays held: the caller decides. */
+  settle (io, c, &c->err);
+  c->held = c->list != NULL;
 }
 
 void
-reshape_writeback_end_read (struct writeback_claim *c, void *buf,
-                            uint32_t count, uint64_t offset, bool ok)
+writeback_end_read (struct wb_claim *c, void *buf, uint32_t count,
+                    uint64_t offset, bool ok)
 {
   if (ok)
     overlay (c, buf, count, offset);
@@ -374,8 +365,8 @@ reshape_writeback_end_read (struct writeback_claim *c, void *buf,
 }
 
 void
-reshape_writeback_end_write (struct writeback_claim *c, const void *src,
-                             uint32_t count, uint64_t offset, bool ok)
+writeback_end_write (struct wb_claim *c, const void *src, uint32_t count,
+                     uint64_t offset, bool ok)
 {
   if (ok)
     patch (c, src, count, offset);
@@ -383,141 +374,125 @@ reshape_writeback_end_write (struct writeback_claim *c, const void *src,
 }
 
 void
-reshape_writeback_release (struct writeback_claim *c)
+writeback_release (struct wb_claim *c)
 {
   release (c);
 }
 
 bool
-reshape_writeback_clean (nbdkit_next *next, struct reshape_handle *h,
-                         uint64_t lo, uint64_t hi)
+writeback_clean (struct wb_conn *wc, const struct io *io,
+                 uint64_t lo, uint64_t hi)
 {
-  struct writeback *wb = &h->exp->wb;
-  struct writeback_claim c = { .wb = wb, .list = NULL };
+  struct writeback *wb = wc->wb;
+  struct wb_claim c = { .wb = wb };
   struct wb_block *b;
   bool clean;
+  int e;
 
-  if (!enabled ())
+  if (!anything_staged ())
     return true;
   {
     SCOPED_LOCK (&wb->lock);
 
     /* Never wait: the caller may itself hold blocks in the range. */
     for (b = wb->blocks; b; b = b->next)
-      if (visible (b, h) && overlaps (b, lo, hi) && b->busy)
+      if (visible (b, wc) && overlaps (b, lo, hi) && b->busy)
         return false;
     for (b = wb->blocks; b; b = b->next)
-      if (visible (b, h) && overlaps (b, lo, hi)) {
-        b->busy = true;
-        b->claimed = c.list;
-        c.list = b;
-      }
+      if (visible (b, wc) && overlaps (b, lo, hi))
+        claim (&c, b);
   }
-  settle (next, h, &c);
-  clean = c.list == NULL;
+  clean = settle (io, &c, &e) == 0;   /* a failure is logged; unclean */
   release (&c);
   return clean;
 }
 
-/* Write back every block visible to h created before upto, trying
- * each once (ticket marks the ones tried), waiting for blocks others
- * hold.  Returns 0 or the first error.
+/* Write back every block visible to wc created before upto, trying
+ * each once (the ticket marks the ones tried), waiting for blocks
+ * others hold.  0, or -1 with *err set to the first error.
  */
 static int
-drain (nbdkit_next *next, struct reshape_handle *h, uint64_t upto)
+drain (struct wb_conn *wc, const struct io *io, uint64_t upto, int *err)
 {
-  struct writeback *wb = &h->exp->wb;
+  struct writeback *wb = wc->wb;
   const uint64_t ticket = __atomic_add_fetch (&all.next_ticket, 1,
                                               __ATOMIC_RELAXED);
   struct wb_block *b;
-  int err = 0;
+  int r = 0;
 
   pthread_mutex_lock (&wb->lock);       /* dropped around write-backs */
  again:
   for (b = wb->blocks; b; b = b->next) {
-    struct writeback_claim c = { .wb = wb, .list = b };
+    struct wb_claim c = { .wb = wb };
     int e;
 
-    if (!visible (b, h) || b->seq >= upto || b->tried == ticket)
+    if (!visible (b, wc) || b->seq >= upto || b->tried == ticket)
       continue;
     if (b->busy) {
       pthread_cond_wait (&wb->changed, &wb->lock);
       goto again;
     }
-    b->busy = true;
     b->tried = ticket;
-    b->claimed = NULL;
+    claim (&c, b);
     pthread_mutex_unlock (&wb->lock);
-    e = settle (next, h, &c);
-    if (e && !err)
-      err = e;
+    if (settle (io, &c, &e) == -1 && r == 0) {
+      *err = e;
+      r = -1;
+    }
     release (&c);
     pthread_mutex_lock (&wb->lock);
     goto again;
   }
   pthread_mutex_unlock (&wb->lock);
-  return err;
+  return r;
 }
 
 int
-reshape_writeback_flush (nbdkit_next *next, struct reshape_handle *h,
-                         int *err)
+writeback_flush (struct wb_conn *wc, const struct io *io, int *err)
 {
-  int e;
-
-  if (!enabled ())
+  if (!anything_staged ())
     return 0;
-  e = drain (next, h, __atomic_load_n (&all.next_seq, __ATOMIC_RELAXED));
-  if (e) {
-    *err = e;
-    return -1;
-  }
-  return 0;
+  return drain (wc, io, __atomic_load_n (&all.next_seq, __ATOMIC_RELAXED),
+                err);
 }
 
-void
-reshape_writeback_open (struct reshape_handle *h)
-{
-  struct writeback *wb = &h->exp->wb;
-  SCOPED_LOCK (&wb->lock);
-
-  wb->conns++;
-}
-
-/* Write back the oldest block visible to h to make room; false if
+/* Write back the oldest block visible to wc to make room; false if
  * nothing could be written back.
  */
 static bool
-evict_one (nbdkit_next *next, struct reshape_handle *h, struct writeback *wb)
+evict_one (struct wb_conn *wc, const struct io *io)
 {
-  struct writeback_claim c = { .wb = wb, .list = NULL };
-  struct wb_block *b;
+  struct writeback *wb = wc->wb;
+  struct wb_claim c = { .wb = wb };
+  struct wb_block *b, *oldest = NULL;
   bool freed;
+  int e;
 
   {
     SCOPED_LOCK (&wb->lock);
 
     for (b = wb->blocks; b; b = b->next)
-      if (!b->busy && visible (b, h))
-        c.list = b;                     /* new blocks go in front */
-    if (c.list == NULL)
+      if (!b->busy && visible (b, wc))
+        oldest = b;                     /* new blocks go in front */
+    if (oldest == NULL)
       return false;
-    c.list->busy = true;
-    c.list->claimed = NULL;
+    claim (&c, oldest);
   }
-  freed = settle (next, h, &c) == 0;
+  freed = settle (io, &c, &e) == 0;     /* a failure is logged */
   release (&c);
   return freed;
 }
 
-/* A new staging block for [lo, hi) of the block at boff, linked in
- * with the lock held; NULL if staging has no room.
+/* A new staging block holding [lo, hi) of the block at boff, linked
+ * in (lock held); NULL if staging has no room.
  */
 static struct wb_block *
-new_block (struct reshape_handle *h, struct writeback *wb, uint64_t boff,
+new_block (struct wb_conn *wc, const struct io *io, uint64_t boff,
            uint32_t lo, uint32_t hi)
 {
-  const uint32_t len = min_u64 (boff + h->geo.size, h->geo.exportsize) - boff;
+  struct writeback *wb = wc->wb;
+  const uint32_t len =
+    min_u64 (boff + io->geo->size, io->geo->exportsize) - boff;
   char *mem = pool_get (POOL_STAGING, len);
   struct wb_block *b;
 
@@ -529,114 +504,124 @@ new_block (struct reshape_handle *h, struct writeback *wb, uint64_t boff,
     return NULL;
   }
   *b = (struct wb_block) {
-    .owner = owner_of (h), .off = boff, .len = len,
+    .owner = wc->shared ? NULL : wc, .off = boff, .len = len,
     .seq = __atomic_fetch_add (&all.next_seq, 1, __ATOMIC_RELAXED),
-    .nr = 1, .r = { { lo, hi } }, .buf = mem, .next = wb->blocks,
+    .staged = { .nr = 1, .r = { { lo, hi } } },
+    .buf = mem, .next = wb->blocks,
   };
   wb->blocks = b;
   __atomic_add_fetch (&all.staged_bytes, len, __ATOMIC_RELAXED);
   return b;
 }
 
+/* Write back claimed block b, which the caller then lets go.  A
+ * failure is logged and the block stays staged.
+ */
+static void
+write_back_now (const struct io *io, struct writeback *wb,
+                struct wb_block *b, bool *freed)
+{
+  struct wb_claim c = { .wb = wb, .list = b };
+  int e;
+
+  b->claimed = NULL;
+  *freed = settle (io, &c, &e) == 0;
+  release (&c);
+}
+
 /* Stage [offset, offset+count), all within one block.  Returns true
  * if staged, false if it must be written through instead.
  */
 static bool
-stage (nbdkit_next *next, struct reshape_handle *h, const char *buf,
+stage (struct wb_conn *wc, const struct io *io, const char *buf,
        uint32_t count, uint64_t offset)
 {
-  struct writeback *wb = &h->exp->wb;
-  const uint64_t boff = offset - offset % h->geo.size;
+  struct writeback *wb = wc->wb;
+  const uint64_t boff = round_down (offset, io->geo->size);
   const uint32_t lo = offset - boff, hi = lo + count;
-  struct writeback_claim c = { .wb = wb, .list = NULL };
-  bool evicted = false;
+  bool evicted = false, freed;
   struct wb_block *b;
 
   pthread_mutex_lock (&wb->lock);       /* dropped to write back */
  again:
   for (b = wb->blocks; b; b = b->next)
-    if (b->off == boff && visible (b, h))
+    if (b->off == boff && visible (b, wc))
       break;
   if (b && b->busy) {
     pthread_cond_wait (&wb->changed, &wb->lock);
     goto again;
   }
-  if (b && !add_range (b, lo, hi)) {
+  if (b && !ranges_add (&b->staged, lo, hi)) {
     /* Too many gaps: send what is staged, start afresh. */
     b->busy = true;
-    b->claimed = NULL;
-    c.list = b;
     pthread_mutex_unlock (&wb->lock);
-    if (settle (next, h, &c)) {
-      release (&c);
+    write_back_now (io, wb, b, &freed);
+    if (!freed)
       return false;               /* it stays: this write goes through */
-    }
     pthread_mutex_lock (&wb->lock);
     goto again;
   }
-  if (b == NULL && (b = new_block (h, wb, boff, lo, hi)) == NULL) {
+  if (b == NULL && (b = new_block (wc, io, boff, lo, hi)) == NULL) {
     /* Staging is full: make room once, else write through. */
     pthread_mutex_unlock (&wb->lock);
-    if (evicted || !evict_one (next, h, wb))
+    if (evicted || !evict_one (wc, io))
       return false;
     evicted = true;
     pthread_mutex_lock (&wb->lock);
     goto again;
   }
   memcpy (b->buf + lo, buf, count);
-  reshape_stats_add (C_WB_STAGED, count);
-  if (b->nr == 1 && b->r[0].lo == 0 && b->r[0].hi == b->len) {
-    /* Complete: send it now.  If that fails it stays staged, and the
-     * write is acknowledged all the same: its data is kept.
-     */
-    b->busy = true;
-    b->claimed = NULL;
-    c.list = b;
+  stats_add (C_WB_STAGED, count);
+  if (!ranges_whole (&b->staged, b->len)) {
     pthread_mutex_unlock (&wb->lock);
-    settle (next, h, &c);
-    release (&c);
     return true;
   }
+  /* Complete: send it now.  If that fails it stays staged, and the
+   * write is acknowledged all the same: its data is kept.
+   */
+  b->busy = true;
   pthread_mutex_unlock (&wb->lock);
+  write_back_now (io, wb, b, &freed);
   return true;
 }
 
-/* A write that is not staged goes to the plugin after the staged
- * blocks it overlaps, and is copied into those that stay staged.
+/* A write that is not staged goes down after the staged blocks it
+ * overlaps, and is copied into those the plugin still refuses.
  */
 static int
-through (nbdkit_next *next, struct reshape_handle *h, const void *buf,
-         uint32_t count, uint64_t offset, uint32_t flags, int *err)
+through (struct wb_conn *wc, const struct io *io, const struct down *down,
+         const void *buf, uint32_t count, uint64_t offset, uint32_t flags,
+         int *err)
 {
-  struct writeback_claim c;
+  struct wb_claim c;
   int r;
 
-  reshape_writeback_begin (next, h, offset, offset + count, &c);
-  r = reshape_merge_pwrite (next, h, buf, count, offset, flags, err);
-  reshape_writeback_end_write (&c, buf, count, offset, r == 0);
+  writeback_begin (wc, io, offset, offset + count, &c);
+  r = down->pwrite (down->opaque, buf, count, offset, flags, err);
+  writeback_end_write (&c, buf, count, offset, r == 0);
   return r;
 }
 
 int
-reshape_writeback_pwrite (nbdkit_next *next, struct reshape_handle *h,
-                          const void *buf, uint32_t count, uint64_t offset,
-                          uint32_t flags, int *err)
+writeback_pwrite (struct wb_conn *wc, const struct io *io,
+                  const struct down *down, const void *buf, uint32_t count,
+                  uint64_t offset, uint32_t flags, int *err)
 {
-  const uint32_t size = h->geo.size;
+  const uint32_t size = io->geo->size;
   const char *p = buf;
   uint64_t pos = offset;
 
-  if (!reshape_cfg.writeback || (flags & NBDKIT_FLAG_FUA) ||
-      count >= size || pool_largest (POOL_STAGING) < size)
-    return through (next, h, buf, count, offset, flags, err);
+  if ((flags & NBDKIT_FLAG_FUA) || count >= size ||
+      pool_largest (POOL_STAGING) < size)
+    return through (wc, io, down, buf, count, offset, flags, err);
   while (pos < offset + count) {
-    uint64_t block_end = pos - pos % size + size;
-    uint32_t n = min_u64 (block_end, offset + count) - pos;
+    const uint32_t n = min_u64 (round_down (pos, size) + size,
+                                offset + count) - pos;
 
-    if (!stage (next, h, p + (pos - offset), n, pos))
+    if (!stage (wc, io, p + (pos - offset), n, pos))
       /* What is left goes through, in order. */
-      return through (next, h, p + (pos - offset), offset + count - pos,
-                      pos, flags, err);
+      return through (wc, io, down, p + (pos - offset),
+                      offset + count - pos, pos, flags, err);
     pos += n;
   }
   return 0;
@@ -647,8 +632,8 @@ reshape_writeback_pwrite (nbdkit_next *next, struct reshape_handle *h,
  * (delay filter, some plugins) made by a closing connection's threads.
  */
 struct closing {
-  nbdkit_next *next;
-  struct reshape_handle *h;
+  struct wb_conn *wc;
+  const struct io *io;
 };
 
 static void *
@@ -656,27 +641,29 @@ drain_all (void *arg)
 {
   struct closing *c = arg;
   unsigned i;
+  int e;
 
   for (i = 0; i < CLOSE_TRIES; i++)
-    if (drain (c->next, c->h, UINT64_MAX) == 0)
-      break;
+    if (drain (c->wc, c->io, UINT64_MAX, &e) == 0)
+      break;                        /* failures are logged */
   return NULL;
 }
 
-/* After the last tries: what this connection alone could see, or
- * what nobody else can see any more, is given up.
+/* After the last tries: what this connection alone could see, or what
+ * nobody else can see any more, is given up.
  */
 static void
-give_up_left (struct reshape_handle *h)
+give_up_left (struct wb_conn *wc)
 {
-  struct writeback *wb = &h->exp->wb;
+  struct writeback *wb = wc->wb;
   struct wb_block **pp;
   SCOPED_LOCK (&wb->lock);
 
   wb->conns--;
   for (pp = &wb->blocks; *pp; ) {
     struct wb_block *b = *pp;
-    if (b->owner == h || (b->owner == NULL && wb->conns == 0)) {
+    if (!b->busy &&
+        (b->owner == wc || (b->owner == NULL && wb->conns == 0))) {
       *pp = b->next;
       give_up (b);
     }
@@ -686,16 +673,16 @@ give_up_left (struct reshape_handle *h)
 }
 
 void
-reshape_writeback_finalize (nbdkit_next *next, struct reshape_handle *h)
+writeback_close (struct wb_conn *wc, const struct io *io)
 {
-  struct closing c = { .next = next, .h = h };
+  struct closing c = { .wc = wc, .io = io };
   pthread_t t;
 
-  if (enabled ()) {
+  if (anything_staged ()) {
     if (pthread_create (&t, NULL, drain_all, &c) == 0)
       pthread_join (t, NULL);
     else
       drain_all (&c);
   }
-  give_up_left (h);
+  give_up_left (wc);
 }

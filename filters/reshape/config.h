@@ -1,0 +1,69 @@
+/* nbdkit-reshape-filter
+ * Copyright the nbdkit-reshape-filter authors.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * Parameters, parsed and checked, and the geometry each connection
+ * settles from them and from what its plugin advertises.  Calls no
+ * other part of the filter.
+ */
+
+#ifndef NBDKIT_RESHAPE_CONFIG_H
+#define NBDKIT_RESHAPE_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <nbdkit-filter.h>
+
+#include "walk.h"
+
+/* Largest payload the nbdkit server accepts from a client. */
+#define CLIENT_MAX (64 * 1024 * 1024)
+
+/* Parameters as given on the command line.  Written only while nbdkit
+ * configures the filter (and parallel_ok at get_ready), read-only
+ * once clients connect.
+ */
+struct config {
+  uint32_t size;            /* reshape-size, 0 = pick per export */
+  uint32_t min;             /* reshape-min, 0 = the plugin's minimum */
+  uint32_t max;             /* reshape-max, 0 = the plugin's maximum */
+  bool sndbuf_set;          /* reshape-sndbuf given */
+  uint32_t sndbuf;          /* 0 = off */
+  uint64_t pool;            /* reshape-pool: buffer memory cap */
+  unsigned parallel;        /* reshape-parallel: fan-out per request */
+  uint32_t readahead;       /* reshape-readahead: largest window, 0 = off */
+  bool merge;               /* reshape-merge */
+  bool writeback;           /* reshape-writeback */
+  char *stats_file;         /* reshape-stats, absolute path or NULL */
+  bool parallel_ok;         /* the stack's thread model is parallel */
+};
+extern struct config reshape_cfg;
+
+/* Returns 1 if the key was ours, 0 if not (the plugin's), -1 on error. */
+extern int config_key (const char *key, const char *value);
+/* Checks the parameters together; -1 on error. */
+extern int config_complete (void);
+extern void config_set_thread_model (int thread_model);
+extern void config_free (void);
+
+/* Settle one connection's geometry and the preferred block size told
+ * to its clients.  -1 with the error reported if the plugin's limits
+ * leave no valid request size.
+ */
+extern int config_geometry (nbdkit_next *next, struct geometry *geo,
+                            uint32_t *preferred);
+
+#define CONFIG_HELP \
+  "reshape-size=SIZE    Optimal request size sent to the plugin.\n" \
+  "reshape-min=SIZE     Alignment the plugin needs.\n" \
+  "reshape-max=SIZE     Largest request sent to the plugin.\n" \
+  "reshape-pool=SIZE    Cap on the filter's buffer memory (default 64M).\n" \
+  "reshape-parallel=N   Pieces of one request run at once (default 16).\n" \
+  "reshape-readahead=SIZE|off  Largest readahead window (default 8M).\n" \
+  "reshape-merge=BOOL   Merge concurrent small requests (default false).\n" \
+  "reshape-writeback=BOOL  Stage small writes (default false).\n" \
+  "reshape-sndbuf=SIZE|off  Send buffer of unix-socket client connections.\n" \
+  "reshape-stats=FILE   Write the statistics report to FILE at exit."
+
+#endif /* NBDKIT_RESHAPE_CONFIG_H */

@@ -1,0 +1,41 @@
+/* nbdkit-reshape-filter
+ * Copyright the nbdkit-reshape-filter authors.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * Adaptive readahead for clients that read sequentially, one small
+ * read at a time.
+ */
+
+#ifndef NBDKIT_RESHAPE_READAHEAD_H
+#define NBDKIT_RESHAPE_READAHEAD_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "cache.h"
+#include "split.h"
+#include "stage.h"
+
+/* One connection's sequential detection. */
+struct readahead {
+  pthread_mutex_t lock;
+  uint64_t next;            /* where a sequential read would start */
+  uint32_t window;          /* current window, 0 = not sequential */
+  unsigned reading;         /* small reads of this connection in flight */
+  unsigned alone;           /* reads in a row that came with no other */
+  uint64_t latency;         /* ns, fastest direct read of this stream */
+};
+
+extern void readahead_init (struct readahead *ra);
+extern void readahead_destroy (struct readahead *ra);
+
+/* A read served from the export's cache, or by filling a window into
+ * it, or passed down (down->pread) when neither pays.  0, or -1 with
+ * *err set.
+ */
+extern int readahead_pread (struct readahead *ra, struct cache *cache,
+                            const struct io *io, const struct down *down,
+                            void *buf, uint32_t count, uint64_t offset,
+                            int *err);
+
+#endif /* NBDKIT_RESHAPE_READAHEAD_H */

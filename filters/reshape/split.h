@@ -1,0 +1,57 @@
+/* nbdkit-reshape-filter
+ * Copyright the nbdkit-reshape-filter authors.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * The bottom of the filter: client-sized operations become plugin
+ * requests, cut at the geometry's size, capped at its maximum, partial
+ * minimum blocks done by read-modify-write under block-range locks.
+ * Every stage above sends its requests to the plugin through here.
+ */
+
+#ifndef NBDKIT_RESHAPE_SPLIT_H
+#define NBDKIT_RESHAPE_SPLIT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <nbdkit-filter.h>
+
+#include "walk.h"
+
+/* A plugin call answered faster than this (memory, a file in the page
+ * cache) has no latency worth hiding: neither helper threads
+ * (split.c) nor readahead (readahead.c) pay for themselves there.
+ */
+#define PLUGIN_SLOW_NS (50 * 1000)
+
+/* Split's state for one connection: the mean time per piece of its
+ * last split read [0] and write, zero or trim [1], 0 = none yet.
+ */
+struct split_conn {
+  uint64_t piece_ns[2];
+};
+
+/* One connection's way to the plugin, for one request. */
+struct io {
+  nbdkit_next *next;
+  const struct geometry *geo;
+  struct split_conn *split;
+};
+
+/* Each returns 0, or -1 with *err set. */
+extern int split_pread (const struct io *io, void *buf, uint32_t count,
+                        uint64_t offset, int *err);
+extern int split_pwrite (const struct io *io, const void *buf,
+                         uint32_t count, uint64_t offset, uint32_t flags,
+                         int *err);
+extern int split_zero (const struct io *io, uint32_t count, uint64_t offset,
+                       uint32_t flags, int *err);
+extern int split_trim (const struct io *io, uint32_t count, uint64_t offset,
+                       uint32_t flags, int *err);
+extern int split_cache (const struct io *io, uint32_t count, uint64_t offset,
+                        uint32_t flags, int *err);
+extern int split_extents (const struct io *io, uint32_t count,
+                          uint64_t offset, uint32_t flags,
+                          struct nbdkit_extents *extents, int *err);
+
+#endif /* NBDKIT_RESHAPE_SPLIT_H */

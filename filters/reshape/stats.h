@@ -1,0 +1,54 @@
+/* nbdkit-reshape-filter
+ * Copyright the nbdkit-reshape-filter authors.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * Statistics: what clients asked for beside what the plugin was sent,
+ * and counters of each mechanism.  Relaxed atomics: no lock on the
+ * data path.
+ */
+
+#ifndef NBDKIT_RESHAPE_STATS_H
+#define NBDKIT_RESHAPE_STATS_H
+
+#include <stdint.h>
+
+enum stats_op {
+  OP_PREAD, OP_PWRITE, OP_ZERO, OP_TRIM, OP_CACHE, OP_EXTENTS, OP_FLUSH,
+  OP_COUNT
+};
+
+enum stats_counter {
+  C_SPLITS,            /* client requests cut into more than one piece */
+  C_PARALLEL_READS,    /* of those, reads run with helper threads */
+  C_PARALLEL_WRITES,   /* and writes, zeroes, trims */
+  C_RMW_READS,         /* partial blocks read through a bounce buffer */
+  C_RMW_WRITES,        /* partial blocks written by read-modify-write */
+  C_LOCK_WAITS,        /* range lock acquisitions that had to wait */
+  C_FUA_FLUSHES,       /* flushes standing in for FUA on split writes */
+  C_MERGES,            /* requests sent merged with others */
+  C_RA_HITS,           /* small reads served from the cache */
+  C_RA_MISSES,         /* sequential reads that filled a window */
+  C_RA_FILLED,         /* bytes read ahead */
+  C_RA_WINDOW,         /* largest readahead window used */
+  C_WB_STAGED,         /* bytes of small writes staged */
+  C_WB_WRITTEN,        /* staged bytes written back */
+  C_WB_FAILED,         /* write-backs the plugin failed (kept staged) */
+  C_WB_LOST,           /* staged bytes given up at close */
+  C_POOL_ALLOCS,       /* buffers allocated by the pool */
+  C_POOL_REUSES,       /* buffers handed out again from the pool */
+  C_POOL_WAITS,        /* bounce buffers that waited at the cap */
+  C_POOL_HIGH,         /* pool bytes high-water mark */
+  C_SOCK_RAISED,       /* client sockets whose SO_SNDBUF was raised */
+  C_SOCK_OBTAINED,     /* send buffer the kernel granted (bytes) */
+  C_COUNTERS
+};
+
+extern void stats_client (enum stats_op op, uint64_t bytes);
+extern void stats_plugin (enum stats_op op, uint64_t bytes);
+extern void stats_add (enum stats_counter c, uint64_t n);
+extern void stats_max (enum stats_counter c, uint64_t v);
+
+/* Write the report to file if given, and as debug lines (-v). */
+extern void stats_report (const char *file);
+
+#endif /* NBDKIT_RESHAPE_STATS_H */
