@@ -178,3 +178,54 @@ for r in range(50):
         h.pread(8192, 57344 + j * 4096 + r * 65536)
 print(\"no hang\")
 " "$uri"' || fail "small pool with readahead hung or failed"
+
+# Flushes from two connections while the plugin refuses every
+# write-back: each tries each block once and fails, in bounded time
+# (one field per block once made them retry each other's blocks for
+# ever).
+rm -f "$tmp/refuse"
+export REFUSE="$tmp/refuse"
+timed 60 nbdkit -U - --filter="$FILTER" --filter=delay --filter=error \
+  memory 1M delay-write=50ms error-pwrite=EIO error-pwrite-rate=100% \
+  error-pwrite-file="$tmp/refuse" reshape-writeback=true reshape-size=64K \
+  --run '/usr/bin/python3 -c "
+import nbd, os, sys, time
+a = nbd.NBD(); a.connect_uri(sys.argv[1])
+b = nbd.NBD(); b.connect_uri(sys.argv[1])
+for i in range(8):
+    a.pwrite(bytes([65 + i]) * 4096, i * 65536)
+open(os.environ[\"REFUSE\"], \"w\").close()
+cs = [(a, a.aio_flush()), (b, b.aio_flush())]
+t0 = time.time()
+while cs and time.time() - t0 < 20:
+    for h, c in list(cs):
+        h.poll(0)
+        try:
+            done = h.aio_command_completed(c)
+        except nbd.Error:
+            done = True
+        if done:
+            cs.remove((h, c))
+    time.sleep(0.01)
+assert not cs, \"concurrent flushes still pending after 20 s\"
+assert b.pread(4096, 7 * 65536) == b\"H\" * 4096
+os.unlink(os.environ[\"REFUSE\"])
+b.flush()
+print(\"concurrent flushes failed in %.1f s, then succeeded\" % (time.time() - t0))
+" "$uri"' 2> "$tmp/err" || fail "concurrent flushes: $(grep -v injecting "$tmp/err" | tail -5)"
+
+# A plugin that cannot flush: the client cannot ask for durability, so
+# nothing is staged (the write reaches the plugin before its reply).
+truncate -s 0 "$tmp/disk"; truncate -s 1M "$tmp/disk"
+nbdkit -U - --filter="$FILTER" eval \
+  get_size='echo 1048576' \
+  pread='dd if='"$tmp/disk"' skip=$4 count=$3 iflag=skip_bytes,count_bytes status=none' \
+  pwrite='dd of='"$tmp/disk"' seek=$4 conv=notrunc oflag=seek_bytes status=none' \
+  reshape-writeback=true \
+  --run 'nbdsh -u "$uri" -c "
+assert not h.can_flush()
+h.pwrite(b\"n\" * 4096, 8192)
+assert open(\"'"$tmp/disk"'\", \"rb\").read()[8192:12288] == b\"n\" * 4096, \\
+  \"a write was staged though the client cannot flush\"
+print(\"no staging without flush\")
+"' || fail "write-back over a plugin without flush"

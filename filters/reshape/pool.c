@@ -315,3 +315,18 @@ pool_free_all (void)
   while (release_one_idle ())
     ;
 }
+
+void
+pool_usage (struct pool_usage *u)
+{
+  unsigned i;
+  SCOPED_LOCK (&pool.lock);
+
+  u->cap = pool.cap;
+  u->total = pool.total;
+  u->idle = pool.idle;
+  for (i = 0; i < POOL_USES; i++) {
+    u->used[i] = pool.used[i];
+    u->share[i] = pool.share[i];
+  }
+}

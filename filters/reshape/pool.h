@@ -56,4 +56,12 @@ extern void pool_put (enum pool_use use, void *buf, uint32_t len);
  */
 extern bool pool_keep (uint32_t len);
 
+/* What the pool holds now, in bytes: for the statistics and tests. */
+struct pool_usage {
+  uint64_t cap, total, idle;
+  uint64_t used[POOL_USES];
+  uint64_t share[POOL_USES];
+};
+extern void pool_usage (struct pool_usage *u);
+
 #endif /* NBDKIT_RESHAPE_POOL_H */

@@ -51,6 +51,7 @@ struct handle {
   struct geometry geo;          /* settled at prepare */
   uint32_t preferred;           /* block size told to clients */
   bool multi_conn;              /* the plugin allows multi-conn */
+  bool writeback;               /* reshape-writeback, and it can flush */
   struct split_conn split;
   struct readahead ra;
   struct wb_conn wb;
@@ -179,6 +180,11 @@ reshape_prepare (nbdkit_next *next, void *handle, int readonly)
   struct handle *h = handle;
 
   h->multi_conn = next->can_multi_conn (next) == 1;
+  /* Staged data is durable only once flushed: over a plugin that
+   * cannot flush, clients have no way to ask for that, so nothing is
+   * staged.
+   */
+  h->writeback = reshape_cfg.writeback && next->can_flush (next) == 1;
   if (config_geometry (next, &h->geo, &h->preferred) == -1)
     return -1;
   /* Balanced by writeback_close in finalize, which nbdkit calls only
@@ -264,7 +270,7 @@ down_init (struct down *d, struct call *c)
 static bool
 readahead_on (const struct handle *h)
 {
-  return reshape_cfg.readahead && (!reshape_cfg.writeback || h->multi_conn);
+  return reshape_cfg.readahead && (!h->writeback || h->multi_conn);
 }
 
 static int
@@ -306,7 +312,7 @@ reshape_pwrite (nbdkit_next *next, void *handle, const void *buf,
   stats_client (OP_PWRITE, count);
   call_init (&c, next, h);
   down_init (&d, &c);
-  if (reshape_cfg.writeback)
+  if (h->writeback)
     r = writeback_pwrite (&h->wb, &c.io, &d, buf, count, offset, flags, err);
   else
     r = down_pwrite (&c, buf, count, offset, flags, err);

@@ -72,7 +72,6 @@ struct wb_block {
   char *buf;
   bool busy;                    /* claimed by a thread */
   int failed;                   /* error of its last write-back, or 0 */
-  uint64_t tried;               /* the last flush or close that tried it */
   struct wb_block *next;        /* the export's list */
   struct wb_block *claimed;     /* its claimer's list */
 };
@@ -88,7 +87,6 @@ struct writeback {
 static struct {
   uint64_t staged_bytes;        /* atomic: the fast path's test */
   uint64_t next_seq;            /* block creation order, atomic */
-  uint64_t next_ticket;         /* drain tickets, atomic */
 } all;
 
 static uint64_t first_byte (const struct wb_block *b) { return b->off + ranges_first (&b->staged); }
@@ -407,43 +405,92 @@ writeback_clean (struct wb_conn *wc, const struct io *io,
   return clean;
 }
 
-/* Write back every block visible to wc created before upto, trying
- * each once (the ticket marks the ones tried), waiting for blocks
- * others hold.  0, or -1 with *err set to the first error.
+/* The blocks visible to wc created before upto, by sequence number
+ * (blocks come and go while a drain runs; numbers are never reused).
+ * Lock held.  0, or -1 if there is no memory for the list.
+ */
+static int
+snapshot (struct wb_conn *wc, uint64_t upto, uint64_t **seqs, size_t *n)
+{
+  struct wb_block *b;
+  size_t i = 0;
+
+  *n = 0;
+  *seqs = NULL;
+  for (b = wc->wb->blocks; b; b = b->next)
+    if (visible (b, wc) && b->seq < upto)
+      (*n)++;
+  if (*n == 0)
+    return 0;
+  *seqs = malloc (*n * sizeof **seqs);
+  if (*seqs == NULL)
+    return -1;
+  for (b = wc->wb->blocks; b; b = b->next)
+    if (visible (b, wc) && b->seq < upto)
+      (*seqs)[i++] = b->seq;
+  return 0;
+}
+
+/* Claim the block numbered seq, waiting while another thread holds
+ * it; false if it is gone (written back).  Lock held.
+ */
+static bool
+claim_seq (struct wb_claim *c, struct writeback *wb, uint64_t seq)
+{
+  struct wb_block *b;
+
+ again:
+  for (b = wb->blocks; b; b = b->next)
+    if (b->seq == seq)
+      break;
+  if (b == NULL)
+    return false;
+  if (b->busy) {
+    pthread_cond_wait (&wb->changed, &wb->lock);
+    goto again;
+  }
+  claim (c, b);
+  return true;
+}
+
+/* Write back every block visible to wc created before upto, each
+ * tried once by this drain (however often other threads try it
+ * meanwhile), waiting for blocks others hold.  0, or -1 with *err
+ * set to the first error (also when there was no memory to list the
+ * blocks: then nothing was tried).
  */
 static int
 drain (struct wb_conn *wc, const struct io *io, uint64_t upto, int *err)
 {
   struct writeback *wb = wc->wb;
-  const uint64_t ticket = __atomic_add_fetch (&all.next_ticket, 1,
-                                              __ATOMIC_RELAXED);
-  struct wb_block *b;
-  int r = 0;
+  CLEANUP_FREE uint64_t *seqs = NULL;
+  size_t n, i;
+  int r = 0, e;
 
-  pthread_mutex_lock (&wb->lock);       /* dropped around write-backs */
- again:
-  for (b = wb->blocks; b; b = b->next) {
-    struct wb_claim c = { .wb = wb };
-    int e;
-
-    if (!visible (b, wc) || b->seq >= upto || b->tried == ticket)
-      continue;
-    if (b->busy) {
-      pthread_cond_wait (&wb->changed, &wb->lock);
-      goto again;
+  {
+    SCOPED_LOCK (&wb->lock);
+    if (snapshot (wc, upto, &seqs, &n) == -1) {
+      *err = ENOMEM;
+      nbdkit_error ("reshape: write-back: %m");
+      return -1;
     }
-    b->tried = ticket;
-    claim (&c, b);
-    pthread_mutex_unlock (&wb->lock);
+  }
+  for (i = 0; i < n; i++) {
+    struct wb_claim c = { .wb = wb };
+    bool claimed;
+
+    {
+      SCOPED_LOCK (&wb->lock);
+      claimed = claim_seq (&c, wb, seqs[i]);
+    }
+    if (!claimed)
+      continue;
     if (settle (io, &c, &e) == -1 && r == 0) {
       *err = e;
       r = -1;
     }
     release (&c);
-    pthread_mutex_lock (&wb->lock);
-    goto again;
   }
-  pthread_mutex_unlock (&wb->lock);
   return r;
 }
 
