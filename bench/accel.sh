@@ -115,7 +115,7 @@ bench optimal "$opt" \
 fi
 
 if want sweep; then
-echo "== the seeds' sweep: nbdcopy --request-size=2^N over sparse-random 4G"
+echo "== the request-size sweep: nbdcopy --request-size=2^N over sparse-random 4G"
 # The two setups run in alternation (bench/paired.py), at least 8
 # rounds: without latency the filter's effect is smaller than this
 # machine's drift between two hyperfine runs.

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # bench/report.py DIR: turn bench/accel.sh's hyperfine JSON (and the
 # model plugin's call counts) into DIR/README.md and two SVG plots,
-# accel.svg (speed-up over no filter) and sweep.svg (the seeds' sweep).
+# accel.svg (speed-up over no filter) and sweep.svg (the request-size sweep).
 import glob
 import json
 import os
@@ -79,7 +79,7 @@ for f in sorted(os.listdir(d)):
         sd = statistics.stdev(q) if len(q) > 1 else 0
         paired[n] = (statistics.mean(q), 2 * sd / len(q) ** 0.5)
 if sweep:
-    md += ["## The seeds' sweep: nbdcopy --request-size=2^N, "
+    md += ["## The request-size sweep: nbdcopy --request-size=2^N, "
            "sparse-random 4G", "",
            "Speed-up: mean of the per-round ratios (the setups run in "
            "alternation), ± two standard errors.", "",
