@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The filter's layers, written down here and nowhere else.  A file may
-# include the headers of lower layers and its own, and (checked on the
-# built objects with nm) call functions of lower layers and its own
-# file: never up, never sideways.  So no two files call each other,
-# and a newcomer can read the filter from the bottom up.
+# The filter's layers, defined here (README's Layout shows them).  A
+# file may include the headers of lower layers and its own, and
+# (checked on the built objects with nm) call functions of lower
+# layers and its own file: never up, never sideways.  So no two files
+# call each other's functions, and a newcomer can read the filter from
+# the bottom up.  (A higher layer may hand a lower one a callback: a
+# pointer, which nm does not show and which is not a call by name.)
 #
 #   0  common: arithmetic, scoped locks, the clock      } pure: no
 #   1  walk rangelock ranges stage                       } nbdkit
-#   2  stats config
+#   2  stats params
 #   3  pool workers sockbuf
 #   4  split cache
 #   5  merge writeback readahead
@@ -19,7 +21,7 @@ requires nm --version
 layers="
 0 common
 1 walk rangelock ranges stage
-2 stats config
+2 stats params
 3 pool workers sockbuf
 4 split cache
 5 merge writeback readahead
@@ -60,8 +62,7 @@ for f in "$src"/*.[ch]; do
 done
 
 # Calls go down: every function a file uses from another file is
-# defined in a lower layer.  (Callbacks registered from above, such as
-# the pool's reclaim, are pointers, not calls, and do not show here.)
+# defined in a lower layer.
 for m in $modules; do
   [ -f "$src/$m.c" ] || continue
   o="$objs/nbdkit_reshape_filter_la-$m.o"

@@ -72,7 +72,7 @@ static uint64_t
 reclaim (uint64_t want)
 {
   uint64_t freed = 0;
-  SCOPED_LOCK (&cache_lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&cache_lock);
 
   __atomic_add_fetch (&reclaims, 1, __ATOMIC_RELAXED);
   while (cache && freed < want) {
@@ -119,7 +119,7 @@ window (unsigned *seed, uint64_t cap)
     if (k == NULL)
       fail ("malloc", cap);
     *k = (struct kept) { .buf = w, .len = len };
-    SCOPED_LOCK (&cache_lock);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&cache_lock);
     k->next = cache;
     cache = k;
   }
@@ -175,9 +175,10 @@ static void
 shares (uint64_t cap)
 {
   struct pool_usage u;
-  const uint32_t largest = pool_largest (POOL_REQUEST);
+  uint32_t largest;
 
   pool_init (cap);
+  largest = pool_largest (POOL_REQUEST);
   pool_usage (&u);
   if (u.share[POOL_STAGING] + u.share[POOL_REQUEST] + POOL_BOUNCE_MAX > cap)
     fail ("the shares add up to more than the cap less the reserve", cap);
@@ -203,7 +204,9 @@ stress (uint64_t cap, unsigned seed)
   test_cap = cap;
   shares (cap);
   for (i = 0; i < THREADS; i++)
-    pthread_create (&t[i], NULL, worker, (void *) (uintptr_t) (seed + i));
+    if (pthread_create (&t[i], NULL, worker,
+                        (void *) (uintptr_t) (seed + i)) != 0)
+      fail ("pthread_create", cap);
   for (i = 0; i < THREADS; i++)
     pthread_join (t[i], NULL);
   reclaim (UINT64_MAX);

@@ -77,7 +77,9 @@ main (int argc, char *argv[])
   printf ("unit-rangelock: seed %u\n", seed);
   alarm (120);                          /* a deadlock fails the test */
   for (i = 0; i < THREADS; i++)
-    pthread_create (&t[i], NULL, worker, (void *) (uintptr_t) (seed + i));
+    if (pthread_create (&t[i], NULL, worker,
+                        (void *) (uintptr_t) (seed + i)) != 0)
+      broken ("pthread_create failed", 0, 0);
   for (i = 0; i < THREADS; i++)
     pthread_join (t[i], NULL);
   if (rl.head != NULL || rl.tail != NULL)

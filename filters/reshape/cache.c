@@ -68,7 +68,7 @@ cache_new (void)
   if (c == NULL)
     return NULL;
   pthread_mutex_init (&c->lock, NULL);
-  SCOPED_LOCK (&live.lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&live.lock);
   c->next = live.list;
   live.list = c;
   return c;
@@ -86,7 +86,7 @@ drop (struct cache_entry **pp)
 }
 
 /* Drop the least recently used entry; false if there is none.  Lock
- * held.
+ * held, or the cache no longer shared (cache_free).
  */
 static bool
 drop_oldest (struct cache *c, uint64_t *freed)
@@ -109,7 +109,7 @@ cache_free (struct cache *c)
   uint64_t freed = 0;
 
   {
-    SCOPED_LOCK (&live.lock);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&live.lock);
     for (pp = &live.list; *pp != c; pp = &(*pp)->next)
       ;
     *pp = c->next;
@@ -143,7 +143,7 @@ bool
 cache_read (struct cache *c, uint64_t offset, uint32_t count, void *dst)
 {
   char *out = dst;
-  SCOPED_LOCK (&c->lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
 
   /* Check first, copy second: a miss must not copy a part. */
   for (uint64_t pos = offset; pos < offset + count; ) {
@@ -169,7 +169,7 @@ cache_fill_begin (struct cache *c, struct cache_fill *f,
   f->hi = hi;
   f->stale = false;
   __atomic_add_fetch (&live.fills_active, 1, __ATOMIC_SEQ_CST);
-  SCOPED_LOCK (&c->lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
   f->next = c->fills;
   c->fills = f;
 }
@@ -209,7 +209,7 @@ keep (struct cache *c, struct cache_fill *f, void *buf, uint32_t len,
 {
   struct cache_fill **pp;
   struct cache_entry *e;
-  SCOPED_LOCK (&c->lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
 
   for (pp = &c->fills; *pp != f; pp = &(*pp)->next)
     ;
@@ -246,10 +246,10 @@ cache_invalidate_all (uint64_t lo, uint64_t hi)
 
   if (!anything ())             /* the common case without readahead */
     return;
-  SCOPED_LOCK (&live.lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&live.lock);
   for (c = live.list; c; c = c->next) {
     struct cache_fill *f;
-    SCOPED_LOCK (&c->lock);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
 
     forget_range (c, lo, hi);
     for (f = c->fills; f; f = f->next)
@@ -263,10 +263,10 @@ cache_reclaim (uint64_t want)
 {
   struct cache *c;
   uint64_t freed = 0;
-  SCOPED_LOCK (&live.lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&live.lock);
 
   for (c = live.list; c && freed < want; c = c->next) {
-    SCOPED_LOCK (&c->lock);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
     while (freed < want && drop_oldest (c, &freed))
       ;
   }

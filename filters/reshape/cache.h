@@ -51,7 +51,7 @@ extern bool cache_fill_end (struct cache *c, struct cache_fill *f,
 extern void cache_invalidate_all (uint64_t lo, uint64_t hi);
 
 /* The pool's reclaim callback: the caches give back at least want
- * bytes if they hold that much, least recently used first.
+ * bytes if they hold that much, each its least recently used first.
  */
 extern uint64_t cache_reclaim (uint64_t want);
 

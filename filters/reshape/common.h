@@ -19,7 +19,7 @@
 #include <time.h>
 #include <pthread.h>
 
-#define KiB UINT64_C(1024)
+#define KiB UINT64_C (1024)
 #define MiB (1024 * KiB)
 #define GiB (1024 * MiB)
 
@@ -72,7 +72,7 @@ now_ns (void)
   struct timespec ts;
 
   clock_gettime (CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * UINT64_C(1000000000) + ts.tv_nsec;
+  return ts.tv_sec * UINT64_C (1000000000) + ts.tv_nsec;
 }
 
 /* CLEANUP_FREE char *p = malloc (...): freed when p goes out of scope. */
@@ -83,9 +83,10 @@ free_cleanup (void *ptr)
 }
 #define CLEANUP_FREE __attribute__ ((cleanup (free_cleanup)))
 
-/* SCOPED_LOCK (&m): m is locked from here to the end of the scope.
- * Functions that drop and retake a lock inside one scope use explicit
- * pthread_mutex_lock/unlock instead, and say so.
+/* ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&m): m is locked from here to the
+ * end of the scope (the name nbdkit's own sources use for the same
+ * thing).  Functions that drop and retake a lock inside one scope use
+ * explicit pthread_mutex_lock/unlock instead, and say so.
  */
 static inline pthread_mutex_t *
 scoped_lock_take (pthread_mutex_t *m)
@@ -104,7 +105,7 @@ scoped_lock_release (pthread_mutex_t **m)
 }
 #define SCOPED_LOCK_NAME_(line) scoped_lock_##line
 #define SCOPED_LOCK_NAME(line) SCOPED_LOCK_NAME_ (line)
-#define SCOPED_LOCK(m)                                                  \
+#define ACQUIRE_LOCK_FOR_CURRENT_SCOPE(m)                               \
   pthread_mutex_t *SCOPED_LOCK_NAME (__LINE__)                          \
   __attribute__ ((cleanup (scoped_lock_release), unused)) =             \
     scoped_lock_take (m)

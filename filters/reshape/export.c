@@ -61,7 +61,7 @@ struct export *
 export_get (const char *name)
 {
   struct export *exp;
-  SCOPED_LOCK (&registry.lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
 
   for (exp = registry.list; exp != NULL; exp = exp->next)
     if (strcmp (exp->name, name) == 0)
@@ -83,7 +83,7 @@ void
 export_put (struct export *exp)
 {
   struct export **pp;
-  SCOPED_LOCK (&registry.lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
 
   if (--exp->refs > 0)
     return;

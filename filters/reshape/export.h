@@ -9,9 +9,9 @@
 #ifndef NBDKIT_RESHAPE_EXPORT_H
 #define NBDKIT_RESHAPE_EXPORT_H
 
-#include "cache.h"
-#include "merge.h"
-#include "writeback.h"
+struct cache;
+struct merge;
+struct writeback;
 
 struct export {
   char *name;

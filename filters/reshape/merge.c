@@ -48,7 +48,7 @@
 #include <nbdkit-filter.h>
 
 #include "common.h"
-#include "config.h"
+#include "params.h"
 #include "merge.h"
 #include "pool.h"
 #include "split.h"

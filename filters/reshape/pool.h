@@ -56,7 +56,7 @@ extern void pool_put (enum pool_use use, void *buf, uint32_t len);
  */
 extern bool pool_keep (uint32_t len);
 
-/* What the pool holds now, in bytes: for the statistics and tests. */
+/* What the pool holds now, in bytes (the unit tests check it). */
 struct pool_usage {
   uint64_t cap, total, idle;
   uint64_t used[POOL_USES];

@@ -43,7 +43,7 @@ rangelock_acquire (struct rangelock *rl, struct rangelock_entry *e,
   e->exclusive = exclusive;
   e->next = NULL;
 
-  SCOPED_LOCK (&rl->lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rl->lock);
   e->prev = rl->tail;
   if (rl->tail)
     rl->tail->next = e;
@@ -60,7 +60,7 @@ rangelock_acquire (struct rangelock *rl, struct rangelock_entry *e,
 void
 rangelock_release (struct rangelock *rl, struct rangelock_entry *e)
 {
-  SCOPED_LOCK (&rl->lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rl->lock);
 
   if (e->prev)
     e->prev->next = e->next;

@@ -40,7 +40,16 @@ ranges_whole (const struct ranges *s, uint32_t len)
 }
 
 /* The first byte and the end of the last range (nr > 0). */
-static inline uint32_t ranges_first (const struct ranges *s) { return s->r[0].lo; }
-static inline uint32_t ranges_end (const struct ranges *s) { return s->r[s->nr - 1].hi; }
+static inline uint32_t
+ranges_first (const struct ranges *s)
+{
+  return s->r[0].lo;
+}
+
+static inline uint32_t
+ranges_end (const struct ranges *s)
+{
+  return s->r[s->nr - 1].hi;
+}
 
 #endif /* NBDKIT_RESHAPE_RANGES_H */

@@ -37,7 +37,7 @@
 
 #include "cache.h"
 #include "common.h"
-#include "config.h"
+#include "params.h"
 #include "pool.h"
 #include "readahead.h"
 #include "split.h"
@@ -88,7 +88,7 @@ next_window (struct readahead *ra, const struct geometry *geo,
 {
   const uint32_t cap = window_cap (geo);
   uint32_t w = 0;
-  SCOPED_LOCK (&ra->lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&ra->lock);
 
   /* A pipelining client's queue runs empty now and then (between its
    * work chunks): only a run of reads that each came alone counts.
@@ -121,7 +121,7 @@ next_window (struct readahead *ra, const struct geometry *geo,
 static void
 read_done (struct readahead *ra, uint64_t took_ns)
 {
-  SCOPED_LOCK (&ra->lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&ra->lock);
 
   ra->reading--;
   if (took_ns && took_ns < ra->latency)
@@ -150,10 +150,10 @@ fill (struct cache *cache, const struct io *io, const struct down *down,
    * keep what the plugin has instead of them: read directly.
    */
   if (!down->window_ok (down->opaque, lo, hi))
-    return split_pread (io, buf, count, offset, err);
+    return down->pread (down->opaque, buf, count, offset, err);
   data = pool_get (POOL_REQUEST, len);
   if (data == NULL)                  /* no memory to spare: read directly */
-    return split_pread (io, buf, count, offset, err);
+    return down->pread (down->opaque, buf, count, offset, err);
   cache_fill_begin (cache, &f, lo, hi);
   r = split_pread (io, data, len, lo, err);
   if (r == 0) {

@@ -30,8 +30,8 @@ extern void readahead_init (struct readahead *ra);
 extern void readahead_destroy (struct readahead *ra);
 
 /* A read served from the export's cache, or by filling a window into
- * it, or passed down (down->pread) when neither pays.  0, or -1 with
- * *err set.
+ * it (read through split.c), or passed down (down->pread) when neither
+ * pays.  0, or -1 with *err set.
  */
 extern int readahead_pread (struct readahead *ra, struct cache *cache,
                             const struct io *io, const struct down *down,

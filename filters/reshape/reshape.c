@@ -19,9 +19,11 @@
  *   flush    write-back: everything staged before it; the plugin's
  *            flush
  *
- * Each mechanism lives in its own file with its own header; a stage
- * reaches the one below it through a struct down built here, so this
- * list is the only place where the order is decided.
+ * Each mechanism lives in its own file with its own header.  The order
+ * in which a client request passes the stages is decided here alone:
+ * a stage hands the request on through a struct down built here.  The
+ * stages' own plugin requests (a readahead window, a write-back, a
+ * merged group) go straight to split.c, the bottom.
  */
 
 #include <config.h>
@@ -33,7 +35,7 @@
 
 #include "cache.h"
 #include "common.h"
-#include "config.h"
+#include "params.h"
 #include "export.h"
 #include "merge.h"
 #include "pool.h"
@@ -45,13 +47,16 @@
 #include "workers.h"
 #include "writeback.h"
 
+/* Largest payload the nbdkit server accepts from a client. */
+#define CLIENT_MAX (64 * 1024 * 1024)
+
 /* One client connection. */
 struct handle {
   struct export *exp;
   struct geometry geo;          /* settled at prepare */
   uint32_t preferred;           /* block size told to clients */
   bool multi_conn;              /* the plugin allows multi-conn */
-  bool writeback;               /* reshape-writeback, and it can flush */
+  bool staging;                 /* it stages writes (write-back) */
   struct split_conn split;
   struct readahead ra;
   struct wb_conn wb;
@@ -87,14 +92,14 @@ reshape_unload (void)
 {
   stats_report (reshape_cfg.stats_file);
   pool_free_all ();
-  config_free ();
+  params_free ();
 }
 
 static int
 reshape_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
                 const char *key, const char *value)
 {
-  int r = config_key (key, value);
+  int r = params_key (key, value);
 
   if (r == -1)
     return -1;
@@ -111,7 +116,7 @@ reshape_config_complete (nbdkit_next_config_complete *next,
     nbdkit_error ("the reshape filter can appear only once in a stack");
     return -1;
   }
-  if (config_complete () == -1)
+  if (params_complete () == -1)
     return -1;
   pool_init (reshape_cfg.pool);
   pool_set_reclaim (cache_reclaim);
@@ -122,7 +127,7 @@ reshape_config_complete (nbdkit_next_config_complete *next,
 static int
 reshape_get_ready (int thread_model)
 {
-  config_set_thread_model (thread_model);
+  params_set_thread_model (thread_model);
   return 0;
 }
 
@@ -184,13 +189,13 @@ reshape_prepare (nbdkit_next *next, void *handle, int readonly)
    * cannot flush, clients have no way to ask for that, so nothing is
    * staged.
    */
-  h->writeback = reshape_cfg.writeback && next->can_flush (next) == 1;
-  if (config_geometry (next, &h->geo, &h->preferred) == -1)
+  h->staging = reshape_cfg.writeback && next->can_flush (next) == 1;
+  if (params_geometry (next, &h->geo, &h->preferred) == -1)
     return -1;
   /* Balanced by writeback_close in finalize, which nbdkit calls only
    * for a connection whose prepare succeeded.
    */
-  writeback_open (&h->wb, h->exp->wb, h->multi_conn);
+  writeback_open (&h->wb, h->exp->wb, h->multi_conn, h->staging);
   return 0;
 }
 
@@ -270,7 +275,7 @@ down_init (struct down *d, struct call *c)
 static bool
 readahead_on (const struct handle *h)
 {
-  return reshape_cfg.readahead && (!h->writeback || h->multi_conn);
+  return reshape_cfg.readahead && (!h->staging || h->multi_conn);
 }
 
 static int
@@ -312,7 +317,7 @@ reshape_pwrite (nbdkit_next *next, void *handle, const void *buf,
   stats_client (OP_PWRITE, count);
   call_init (&c, next, h);
   down_init (&d, &c);
-  if (h->writeback)
+  if (reshape_cfg.writeback)
     r = writeback_pwrite (&h->wb, &c.io, &d, buf, count, offset, flags, err);
   else
     r = down_pwrite (&c, buf, count, offset, flags, err);
@@ -428,7 +433,7 @@ static struct nbdkit_filter filter = {
   .unload            = reshape_unload,
   .config            = reshape_config,
   .config_complete   = reshape_config_complete,
-  .config_help       = CONFIG_HELP,
+  .config_help       = PARAMS_HELP,
   .get_ready         = reshape_get_ready,
   .after_fork        = reshape_after_fork,
   .cleanup           = reshape_cleanup,

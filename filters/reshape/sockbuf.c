@@ -30,8 +30,9 @@
  * nbdcopy reading 4G in 256K requests ran 1.28x faster with 2M than
  * with the kernel's default (4M: no better); on macOS, QEMU's patch
  * that raised its NBD unix sockets to 2M measured qemu-img convert up
- * to 12x faster.  So 2M on both, off elsewhere (unmeasured).  When the default is capped by the kernel that is only
- * a debug message: the user did not ask for it.
+ * to 12x faster.  So 2M on both, off elsewhere (unmeasured).  When
+ * the default is capped by the kernel that is only a debug message:
+ * the user did not ask for it.
  */
 
 #include <config.h>
@@ -85,7 +86,13 @@ sockbuf_configure (bool given, uint32_t size)
 #if defined (HAVE_SYS_SOCKET_H) && defined (HAVE_SYS_UN_H) && \
   defined (SO_SNDBUF)
 
+/* nbdkit listens on one socket per -U path, address family and
+ * systemd socket; more is not seen in practice.
+ */
 #define MAX_LISTENERS 16
+/* Without /proc the descriptors are probed one by one: this many at
+ * most, whatever RLIMIT_NOFILE allows.
+ */
 #define FALLBACK_MAX_FD 4096
 
 struct unix_name {

@@ -2,7 +2,9 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * Client requests become plugin requests here.  Each operation walks
+ * Client requests become plugin requests here.  Every read, write,
+ * zero, trim, cache and extents request the plugin gets comes through
+ * this file (only flush goes straight from reshape.c).  Each operation walks
  * its range (walk.c) and runs one small function per piece.  Data
  * pieces read into or write from slices of the client's buffer
  * directly; only partial blocks go through bounce buffers from the
@@ -29,12 +31,13 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <nbdkit-filter.h>
 
 #include "common.h"
-#include "config.h"
+#include "params.h"
 #include "pool.h"
 #include "rangelock.h"
 #include "split.h"
@@ -163,7 +166,7 @@ struct shared_walk {
 static bool
 take_piece (struct shared_walk *sw, struct piece *p, unsigned *n)
 {
-  SCOPED_LOCK (&sw->lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&sw->lock);
 
   if (sw->err || !walk_next (&sw->w, p))
     return false;
@@ -187,14 +190,14 @@ work_on (void *opaque)
       nbdkit_debug ("reshape: piece %u: %" PRIu64 "+%" PRIu32 "%s",
                     n, p.offset, p.count, p.partial ? " (partial)" : "");
     if (run_piece (sw->o, &p, sw->fn, &err) == -1) {
-      SCOPED_LOCK (&sw->lock);
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&sw->lock);
       if (sw->err == 0)
         sw->err = err;
     }
     busy += now_ns () - start;
   }
   /* Once per thread, not per piece: the lock is on the request's path. */
-  SCOPED_LOCK (&sw->lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&sw->lock);
   sw->busy_ns += busy;
 }
 
@@ -432,7 +435,8 @@ split_cache (const struct io *io, uint32_t count, uint64_t offset,
 
   walk_round_out (io->geo, offset, count, &start, &end);
   walk_init (&w, io->geo, start, end - start, UINT32_MAX);
-  walk_next (&w, &p);
+  if (!walk_next (&w, &p))      /* a non-empty range has a piece */
+    abort ();
   return cache_piece (&o, &p, err);
 }
 
@@ -456,7 +460,8 @@ query_extents (const struct io *io, uint64_t start, uint64_t end,
     struct nbdkit_extent last;
 
     walk_init (&w, io->geo, pos, end - pos, UINT32_MAX);
-    walk_next (&w, &p);
+    if (!walk_next (&w, &p))    /* a non-empty range has a piece */
+      abort ();
     stats_plugin (OP_EXTENTS, p.count);
     if (io->next->extents (io->next, p.count, p.offset, flags, mine,
                            err) == -1)

@@ -5,7 +5,7 @@
  * The bottom of the filter: client-sized operations become plugin
  * requests, cut at the geometry's size, capped at its maximum, partial
  * minimum blocks done by read-modify-write under block-range locks.
- * Every stage above sends its requests to the plugin through here.
+ * Every request the plugin gets, but flush, comes through here.
  */
 
 #ifndef NBDKIT_RESHAPE_SPLIT_H

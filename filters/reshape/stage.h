@@ -2,10 +2,11 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * How a stage (write-back, readahead, merge) passes a request on to
+ * How a stage (write-back, readahead) passes a client request on to
  * the stage below it without knowing which that is: reshape.c builds
  * one of these per request, so that the order of the stages is
- * written down in one place.
+ * written down in one place.  (Merge, the last stage, sends to
+ * split.c itself.)
  */
 
 #ifndef NBDKIT_RESHAPE_STAGE_H

@@ -195,8 +195,13 @@ stats_report (const char *file)
   fclose (fp);
   if (file) {
     FILE *out = fopen (file, "w");
-    if (out == NULL || fputs (text, out) == EOF || fclose (out) == EOF)
+    if (out == NULL)
       nbdkit_error ("reshape-stats: %s: %m", file);
+    else {
+      bool ok = fputs (text, out) != EOF;
+      if (fclose (out) == EOF || !ok)
+        nbdkit_error ("reshape-stats: %s: %m", file);
+    }
   }
   for (line = strtok_r (text, "\n", &save); line;
        line = strtok_r (NULL, "\n", &save))

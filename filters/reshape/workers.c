@@ -21,9 +21,11 @@
 #include <nbdkit-filter.h>
 
 #include "common.h"
+#include "params.h"
 #include "workers.h"
 
-#define MAX_HELPERS 64
+/* The requesting thread works too: one fewer than the fan-out. */
+#define MAX_HELPERS (PARALLEL_MAX - 1)
 
 /* A helper's share of one request's work, on the requester's stack. */
 struct job {
@@ -104,7 +106,7 @@ workers_stop (void)
   unsigned i;
 
   {
-    SCOPED_LOCK (&w.lock);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&w.lock);
     w.stopping = true;
     pthread_cond_broadcast (&w.work_ready);
   }
@@ -142,7 +144,7 @@ workers_share (void (*fn) (void *), void *opaque, unsigned helpers)
   unsigned i;
 
   {
-    SCOPED_LOCK (&w.lock);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&w.lock);
     if (helpers > w.nr_threads)
       helpers = w.nr_threads;
     for (i = 0; i < helpers; i++) {
@@ -158,7 +160,7 @@ workers_share (void (*fn) (void *), void *opaque, unsigned helpers)
 
   fn (opaque);                    /* our own share of the work */
 
-  SCOPED_LOCK (&w.lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&w.lock);
   withdraw (&s);
   while (s.running > 0)
     pthread_cond_wait (&w.work_done, &w.lock);

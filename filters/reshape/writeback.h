@@ -19,19 +19,25 @@
 struct writeback;               /* one export's staged blocks */
 struct wb_block;
 
+/* One export's staging; NULL with errno on failure. */
 extern struct writeback *writeback_new (void);
 /* Gives up (with an error naming the bytes) whatever is still staged. */
 extern void writeback_free (struct writeback *wb);
 
 /* One connection's part: its identity as the owner of the blocks only
- * it can see (shared false: the plugin does not allow multi-conn).
+ * it can see (shared false: the plugin does not allow multi-conn), and
+ * whether it may stage at all (not over a plugin that cannot flush:
+ * its clients could never ask for durability).  A connection that may
+ * not stage still passes its writes through here, so that they are
+ * ordered with what others staged.
  */
 struct wb_conn {
   struct writeback *wb;
   bool shared;
+  bool may_stage;
 };
 extern void writeback_open (struct wb_conn *wc, struct writeback *wb,
-                            bool shared);
+                            bool shared, bool may_stage);
 /* The connection is closing: write back what it can see, retrying;
  * then give up what nobody else can see.
  */

@@ -7,8 +7,8 @@
  * other part of the filter.
  */
 
-#ifndef NBDKIT_RESHAPE_CONFIG_H
-#define NBDKIT_RESHAPE_CONFIG_H
+#ifndef NBDKIT_RESHAPE_PARAMS_H
+#define NBDKIT_RESHAPE_PARAMS_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -17,44 +17,47 @@
 
 #include "walk.h"
 
-/* Largest payload the nbdkit server accepts from a client. */
-#define CLIENT_MAX (64 * 1024 * 1024)
+/* reshape-parallel's upper bound: helper threads are cheap while
+ * they sleep, but no plugin was measured to use more.
+ */
+#define PARALLEL_MAX 64
 
 /* Parameters as given on the command line.  Written only while nbdkit
  * configures the filter (and parallel_ok at get_ready), read-only
  * once clients connect.
  */
-struct config {
+struct params {
   uint32_t size;            /* reshape-size, 0 = pick per export */
   uint32_t min;             /* reshape-min, 0 = the plugin's minimum */
   uint32_t max;             /* reshape-max, 0 = the plugin's maximum */
   bool sndbuf_set;          /* reshape-sndbuf given */
-  uint32_t sndbuf;          /* 0 = off */
+  uint32_t sndbuf;          /* if given: the size, 0 = off */
   uint64_t pool;            /* reshape-pool: buffer memory cap */
   unsigned parallel;        /* reshape-parallel: fan-out per request */
   uint32_t readahead;       /* reshape-readahead: largest window, 0 = off */
   bool merge;               /* reshape-merge */
   bool writeback;           /* reshape-writeback */
   char *stats_file;         /* reshape-stats, absolute path or NULL */
-  bool parallel_ok;         /* the stack's thread model is parallel */
+  bool parallel_ok;         /* the stack's thread model is parallel
+                               (known at get_ready) */
 };
-extern struct config reshape_cfg;
+extern struct params reshape_cfg;
 
 /* Returns 1 if the key was ours, 0 if not (the plugin's), -1 on error. */
-extern int config_key (const char *key, const char *value);
+extern int params_key (const char *key, const char *value);
 /* Checks the parameters together; -1 on error. */
-extern int config_complete (void);
-extern void config_set_thread_model (int thread_model);
-extern void config_free (void);
+extern int params_complete (void);
+extern void params_set_thread_model (int thread_model);
+extern void params_free (void);
 
 /* Settle one connection's geometry and the preferred block size told
  * to its clients.  -1 with the error reported if the plugin's limits
  * leave no valid request size.
  */
-extern int config_geometry (nbdkit_next *next, struct geometry *geo,
+extern int params_geometry (nbdkit_next *next, struct geometry *geo,
                             uint32_t *preferred);
 
-#define CONFIG_HELP \
+#define PARAMS_HELP \
   "reshape-size=SIZE    Optimal request size sent to the plugin.\n" \
   "reshape-min=SIZE     Alignment the plugin needs.\n" \
   "reshape-max=SIZE     Largest request sent to the plugin.\n" \
@@ -66,4 +69,4 @@ extern int config_geometry (nbdkit_next *next, struct geometry *geo,
   "reshape-sndbuf=SIZE|off  Send buffer of unix-socket client connections.\n" \
   "reshape-stats=FILE   Write the statistics report to FILE at exit."
 
-#endif /* NBDKIT_RESHAPE_CONFIG_H */
+#endif /* NBDKIT_RESHAPE_PARAMS_H */

@@ -20,21 +20,29 @@
 #include <nbdkit-filter.h>
 
 #include "common.h"
-#include "config.h"
+#include "params.h"
 
 /* Used when the plugin prefers nothing larger than 4K: the request
  * size that did best in sweeps of nbdcopy --request-size from 32K to
- * 32M over nbdkit's sparse-random plugin, on three machines (2.47x
- * faster than 32M), which led nbdcopy to make it its default.
+ * 32M over nbdkit's sparse-random plugin, and nbdcopy's own default.
  */
 #define DEFAULT_SIZE (256 * KiB)
 
-/* Fan-out 16, nbdkit's own default thread count per connection: the
- * pieces of one request reach the plugin as the requests of a client
- * with 16 in flight would.  Measured on 32M reads at 200 MB/s per
- * request, 8 left the plugin's streams a third short.
+/* The defaults:
+ * - pool 64M: eight of the largest readahead windows, or 256 staged
+ *   blocks of the default size, a small part of what nbdkit itself
+ *   may hold (16 threads per connection, each with a buffer of up to
+ *   64M for the requests it serves);
+ * - parallel 16, nbdkit's own default thread count per connection:
+ *   the pieces of one request reach the plugin as the requests of a
+ *   client with 16 in flight would.  Measured on 32M reads at 200 MB/s
+ *   per request, 8 left the plugin's streams a third short;
+ * - readahead 8M: windows double from the request size, so a stream
+ *   reaches 8M after five fills; beyond that a 1 ms plugin spends
+ *   more time moving data than waiting (measured: bench/accel.sh,
+ *   naive reader).
  */
-struct config reshape_cfg = {
+struct params reshape_cfg = {
   .pool = 64 * MiB, .parallel = 16, .readahead = 8 * MiB,
 };
 
@@ -75,7 +83,7 @@ parse_bool (const char *key, const char *value, bool *out)
 }
 
 static int
-config_sndbuf (const char *key, const char *value)
+params_sndbuf (const char *key, const char *value)
 {
   uint64_t v;
 
@@ -92,7 +100,7 @@ config_sndbuf (const char *key, const char *value)
 }
 
 static int
-config_stats (const char *key, const char *value)
+params_stats (const char *key, const char *value)
 {
   free (reshape_cfg.stats_file);
   reshape_cfg.stats_file = nbdkit_absolute_path (value);
@@ -100,7 +108,7 @@ config_stats (const char *key, const char *value)
 }
 
 int
-config_key (const char *key, const char *value)
+params_key (const char *key, const char *value)
 {
   uint64_t v;
 
@@ -130,9 +138,10 @@ config_key (const char *key, const char *value)
   }
   else if (strcmp (key, "reshape-parallel") == 0) {
     unsigned n;
-    if (nbdkit_parse_unsigned (key, value, &n) == -1 || n < 1 || n > 64) {
+    if (nbdkit_parse_unsigned (key, value, &n) == -1 || n < 1 ||
+        n > PARALLEL_MAX) {
       nbdkit_error ("reshape-parallel: '%s' is out of range; "
-                    "accepted: a number from 1 to 64", value);
+                    "accepted: a number from 1 to %d", value, PARALLEL_MAX);
       return -1;
     }
     reshape_cfg.parallel = n;
@@ -151,9 +160,9 @@ config_key (const char *key, const char *value)
   else if (strcmp (key, "reshape-writeback") == 0)
     return parse_bool (key, value, &reshape_cfg.writeback) == -1 ? -1 : 1;
   else if (strcmp (key, "reshape-sndbuf") == 0)
-    return config_sndbuf (key, value) == -1 ? -1 : 1;
+    return params_sndbuf (key, value) == -1 ? -1 : 1;
   else if (strcmp (key, "reshape-stats") == 0)
-    return config_stats (key, value) == -1 ? -1 : 1;
+    return params_stats (key, value) == -1 ? -1 : 1;
   else if (strncmp (key, "reshape-", 8) == 0) {
     /* A typo must not silently reach the plugin as its own parameter. */
     nbdkit_error ("unknown parameter '%s'; the reshape filter takes "
@@ -168,10 +177,10 @@ config_key (const char *key, const char *value)
 }
 
 int
-config_complete (void)
+params_complete (void)
 {
   /* The plugin's own minimum is known only per connection (see
-   * config_geometry); the user's two values can be checked now.
+   * params_geometry); the user's two values can be checked now.
    */
   if (reshape_cfg.min && reshape_cfg.max &&
       reshape_cfg.max < reshape_cfg.min) {
@@ -194,17 +203,23 @@ config_complete (void)
 }
 
 void
-config_set_thread_model (int thread_model)
+params_set_thread_model (int thread_model)
 {
   reshape_cfg.parallel_ok = thread_model == NBDKIT_THREAD_MODEL_PARALLEL;
 }
 
 void
-config_free (void)
+params_free (void)
 {
   free (reshape_cfg.stats_file);
   reshape_cfg.stats_file = NULL;
 }
+
+/* NBD's smallest preferred block size, and the largest that clients
+ * take: nbdcopy aborts when a server prefers more than 32M.
+ */
+#define NBD_PREFERRED_MIN 512
+#define NBD_PREFERRED_MAX (32 * 1024 * 1024)
 
 /* What clients are told to prefer: a power of 2, as NBD requires, no
  * larger than the size the filter cuts at.  When that size is only the
@@ -217,9 +232,9 @@ config_free (void)
 static uint32_t
 preferred (const struct geometry *geo, bool guessed)
 {
-  uint32_t p = 512;
+  uint32_t p = NBD_PREFERRED_MIN;
 
-  while (p * 2 <= geo->size && p < 32 * MiB)
+  while (p * 2 <= geo->size && p < NBD_PREFERRED_MAX)
     p *= 2;
   if (guessed)
     while (p > 4 * KiB && p / 2 >= geo->min)
@@ -229,7 +244,7 @@ preferred (const struct geometry *geo, bool guessed)
 
 /* Settle min, size and max for one connection. */
 int
-config_geometry (nbdkit_next *next, struct geometry *geo,
+params_geometry (nbdkit_next *next, struct geometry *geo,
                  uint32_t *preferred_out)
 {
   uint32_t pmin = 0, ppref = 0, pmax = 0;
