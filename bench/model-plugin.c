@@ -8,8 +8,14 @@
  * does not.  It counts the calls it gets, so tests and benchmarks can
  * show how many requests reached the plugin.
  *
+ * With cluster=SIZE it also models a format that stores data in
+ * compressed clusters (a qcow2 image served by a decoder): a read
+ * decodes every cluster it touches, whole, taking decode=TIME each, on
+ * one of decoders=N decoders (the CPUs it may use; 0: no limit).  So
+ * reading a 2M cluster in eight 256K requests decodes it eight times.
+ *
  *   nbdkit ./model-plugin.so size=64M latency=1ms bandwidth=400M \
- *          [serialize=true] [calls=FILE]
+ *          [cluster=2M decode=5ms decoders=2] [serialize=true] [calls=FILE]
  */
 
 #include <config.h>
@@ -32,6 +38,12 @@ static int64_t size = -1;
 static uint64_t latency_ns;
 static uint64_t bandwidth;          /* bytes per second, 0 = unlimited */
 static bool serialize;
+static uint64_t cluster;            /* bytes, 0 = no clusters */
+static uint64_t decode_ns;          /* per cluster touched by a read */
+static unsigned decoders;           /* at once, 0 = no limit */
+static unsigned decoding;
+static pthread_mutex_t decoder_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t decoder_free = PTHREAD_COND_INITIALIZER;
 static char *calls_file;
 static char *disk;
 static size_t disk_len;
@@ -76,6 +88,21 @@ model_config (const char *key, const char *value)
     if ((r = nbdkit_parse_size (value)) == -1)
       return -1;
     bandwidth = r;
+  }
+  else if (strcmp (key, "cluster") == 0) {
+    if ((r = nbdkit_parse_size (value)) == -1)
+      return -1;
+    cluster = r;
+  }
+  else if (strcmp (key, "decode") == 0) {
+    if (parse_time (value, &decode_ns) == -1) {
+      nbdkit_error ("decode: cannot parse '%s'", value);
+      return -1;
+    }
+  }
+  else if (strcmp (key, "decoders") == 0) {
+    if (nbdkit_parse_unsigned (key, value, &decoders) == -1)
+      return -1;
   }
   else if (strcmp (key, "serialize") == 0) {
     int b = nbdkit_parse_bool (value);
@@ -196,11 +223,44 @@ wait_for (uint32_t count, uint64_t *counter)
   return r;
 }
 
+/* Decode one cluster on a free decoder. */
+static int
+decode_one (void)
+{
+  int r;
+
+  pthread_mutex_lock (&decoder_lock);
+  while (decoders && decoding >= decoders)
+    pthread_cond_wait (&decoder_free, &decoder_lock);
+  decoding++;
+  pthread_mutex_unlock (&decoder_lock);
+  r = nbdkit_nanosleep (decode_ns / 1000000000, decode_ns % 1000000000);
+  pthread_mutex_lock (&decoder_lock);
+  decoding--;
+  pthread_cond_signal (&decoder_free);
+  pthread_mutex_unlock (&decoder_lock);
+  return r;
+}
+
+/* A read decodes every cluster it touches, one after another. */
+static int
+decode (uint32_t count, uint64_t offset)
+{
+  uint64_t c;
+
+  if (cluster == 0 || count == 0)
+    return 0;
+  for (c = offset / cluster; c <= (offset + count - 1) / cluster; c++)
+    if (decode_one () == -1)
+      return -1;
+  return 0;
+}
+
 static int
 model_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
              uint32_t flags)
 {
-  if (wait_for (count, &reads) == -1)
+  if (wait_for (count, &reads) == -1 || decode (count, offset) == -1)
     return -1;
   pthread_mutex_lock (&disk_lock);
   memcpy (buf, disk + offset, count);
@@ -248,6 +308,7 @@ static struct nbdkit_plugin plugin = {
   .longname          = "reshape model backend",
   .config            = model_config,
   .config_help       = "size=SIZE latency=TIME bandwidth=BYTES/S "
+                       "cluster=SIZE decode=TIME decoders=N "
                        "serialize=BOOL calls=FILE",
   .get_ready         = model_get_ready,
   .unload            = model_unload,

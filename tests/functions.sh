@@ -43,20 +43,27 @@ fail () { echo "$0: FAIL: $*" >&2; exit 1; }
 #               check-helgrind, check-drd)
 checked_nbdkit ()
 {
-  local args=()
+  local args=() done="$tmp/run-done.$BASHPID.$RANDOM"
   while [ $# -gt 0 ]; do
     case $1 in
-      --run) args+=(--run "unset LD_PRELOAD; $2"); shift 2 ;;
+      --run) args+=(--run "unset LD_PRELOAD; $2
+                           r=\$?; touch $done; exit \$r"); shift 2 ;;
       *) args+=("$1"); shift ;;
     esac
   done
   case $RESHAPE_CHECK in
     sanitizers)
-      # A hang at exit (see .ci/checks) fails the test, not CI.
+      # Any other hang at exit fails the test (the timeout), not CI.
       LD_PRELOAD="$RESHAPE_ASAN_RUNTIME" \
       ASAN_OPTIONS="detect_leaks=0:log_path=$tmp/asan" \
       UBSAN_OPTIONS="print_stacktrace=1:log_path=$tmp/ubsan" \
-        timeout -k 10 1200 nbdkit "${args[@]}" ;;
+        timeout -k 10 1200 nbdkit "${args[@]}" &
+      local top=$!
+      reap_exit_deadlock "$top" "$done" &
+      local reaper=$! rc=0
+      wait "$top" || rc=$?
+      kill "$reaper" 2>/dev/null || :
+      return $rc ;;
     memcheck|helgrind|drd)
       command valgrind --tool="$RESHAPE_CHECK" \
         --log-file="$tmp/valgrind.%p" \
@@ -65,6 +72,40 @@ checked_nbdkit ()
            echo --leak-check=full --errors-for-leak-kinds=definite ) \
         nbdkit "${args[@]}" ;;
   esac
+}
+# With the ASan runtime preloaded, nbdkit 1.32's server often deadlocks
+# in exit() once errors were logged: libp11-kit's destructor calls
+# freelocale, which waits for glibc's locale lock for ever, with no
+# other thread left.  gdb shows the lock's reader count underflowed
+# (__readers 0xfffffffa): it was unlocked more often than locked,
+# something only seen with the ASan runtime preloaded; the filter
+# never touches that lock.  So once the --run command is done and the
+# server has had 10 s to exit, a server whose only thread waits there
+# is killed (nbdkit still returns the command's status); any other
+# hang is left to the timeout, and fails the test.
+reap_exit_deadlock ()
+{
+  local top=$1 done=$2 i p kids
+  while [ ! -e "$done" ]; do
+    kill -0 "$top" 2>/dev/null || return 0
+    sleep 1
+  done
+  for i in $(seq 10); do
+    kill -0 "$top" 2>/dev/null || return 0
+    sleep 1
+  done
+  kids=$(ps -e -o pid=,ppid=,comm= | awk '$3 == "nbdkit" {print $1, $2}')
+  for p in $(awk -v t="$top" '
+      { parent[$1] = $2 }
+      END { for (p in parent) for (q = p; q in parent; q = parent[q])
+              if (parent[q] == t) { print p; break } }' <<< "$kids"); do
+    if gdb -batch -p "$p" -ex "thread apply all bt" 2>/dev/null |
+         awk '/^Thread / { n++ } /freelocale/ { f = 1 } /_dl_fini/ { d = 1 }
+              END { exit !(n == 1 && f && d) }'; then
+      echo "$0: nbdkit $p deadlocked in exit (libp11-kit, freelocale): killed"
+      kill -9 "$p"
+    fi
+  done
 }
 check_reports ()
 {
@@ -83,7 +124,7 @@ check_reports ()
 if [ -n "${RESHAPE_CHECK:-}" ]; then
   nbdkit () { checked_nbdkit "$@"; }
   # Also for "bash -c 'nbdkit ...'" started by timed and by clients.
-  export -f nbdkit checked_nbdkit
+  export -f nbdkit checked_nbdkit reap_exit_deadlock
   export tmp RESHAPE_CHECK RESHAPE_ASAN_RUNTIME srcdir
   echo "nbdkit runs under: $RESHAPE_CHECK"
 fi

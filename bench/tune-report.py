@@ -1,0 +1,113 @@
+#!/usr/bin/python3
+# Turn bench/tune.sh's hyperfine JSON into a Markdown table (README.md
+# beside the JSON) and a heat map (../tune.svg): for every plugin x
+# client cell, the default's speed against no filter and against the
+# best fixed reshape-size, with the goals of reshape-size=auto:
+#   default >= 0.95x no filter, and within 1.2x of the best fixed size.
+# usage: tune-report.py DIR
+import glob
+import json
+import os
+import sys
+
+d = sys.argv[1]
+PLUGINS = ["lat1", "objstore", "clu64k", "clu2m", "zero", "serial"]
+CLIENTS = ["nbdcopy", "nbdcopy4k", "convert-from", "convert-to", "naive",
+           "rand1", "rand32"]
+DESC = {
+    "lat1": "1 ms + 400 MB/s per request",
+    "objstore": "20 ms + 100 MB/s per request",
+    "clu64k": "64K clusters, 0.3 ms decode, 2 decoders",
+    "clu2m": "2M clusters, 8 ms decode, 2 decoders",
+    "zero": "no latency",
+    "serial": "1 ms + 400 MB/s, serialized",
+}
+
+cells = {}
+for f in glob.glob(os.path.join(d, "*.json")):
+    p, c = os.path.basename(f)[:-5].split(".", 1)
+    res = json.load(open(f))["results"]
+    cells[(p, c)] = {r["command"]: (r["mean"], r["stddev"] or 0) for r in res}
+
+
+def verdict(t):
+    none, dflt = t["none"][0], t["default"][0]
+    fixed = {k: v[0] for k, v in t.items() if k not in ("none", "default")}
+    best = min(fixed, key=fixed.get) if fixed else None
+    vs_none = none / dflt
+    vs_best = dflt / fixed[best] if best else float("nan")
+    return vs_none, best, vs_best
+
+
+md = ["# reshape-size=auto: the default against no filter and fixed sizes",
+      "",
+      "Each cell: mean of the runs (s); *vs none* is the default's speed-up",
+      "over no filter (goal >= 0.95), *vs best* the default's time over",
+      "the best fixed reshape-size's (goal <= 1.2).", ""]
+fails = 0
+for p in PLUGINS:
+    rows = [(c, cells[(p, c)]) for c in CLIENTS if (p, c) in cells]
+    if not rows:
+        continue
+    setups = [k for k in rows[0][1]]
+    md += ["## %s: %s" % (p, DESC.get(p, "")), "",
+           "| client | " + " | ".join(setups) + " | vs none | best | vs best |",
+           "|---|" + "---:|" * (len(setups) + 3)]
+    for c, t in rows:
+        vn, best, vb = verdict(t)
+        ok = vn >= 0.95 and vb <= 1.2
+        fails += not ok
+        md.append("| %s | " % c +
+                  " | ".join("%.3f" % t[s][0] for s in setups) +
+                  " | %.2fx | %s | %.2f%s |" % (vn, best, vb,
+                                                "" if ok else " **miss**"))
+    md.append("")
+md.append("Cells missing a goal: %d" % fails)
+open(os.path.join(d, "README.md"), "w").write("\n".join(md) + "\n")
+print("\n".join(md))
+
+# Heat map: two columns per plugin (vs none, vs best), a row per client.
+W, H, X0, Y0 = 70, 26, 110, 60
+
+
+def colour(v, good, bad):
+    # green at or past good, red at or past bad, white between
+    if v is None:
+        return "#dddddd"
+    t = (v - bad) / (good - bad)
+    t = max(0.0, min(1.0, t))
+    r = int(230 - 130 * t)
+    g = int(100 + 120 * t)
+    return "#%02x%02x%02x" % (r, g, 110)
+
+
+svg = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
+       'font-family="sans-serif" font-size="11">'
+       % (X0 + 2 * W * len(PLUGINS) + 20, Y0 + H * len(CLIENTS) + 50),
+       '<text x="10" y="18" font-size="13">reshape-size=auto: speed-up '
+       'over no filter | time over the best fixed size</text>']
+for i, p in enumerate(PLUGINS):
+    svg.append('<text x="%d" y="%d">%s</text>' % (X0 + 2 * W * i + 4, Y0 - 22, p))
+    svg.append('<text x="%d" y="%d" font-size="9">vs none</text>'
+               % (X0 + 2 * W * i + 4, Y0 - 6))
+    svg.append('<text x="%d" y="%d" font-size="9">vs best</text>'
+               % (X0 + 2 * W * i + W + 4, Y0 - 6))
+for j, c in enumerate(CLIENTS):
+    y = Y0 + H * j
+    svg.append('<text x="8" y="%d">%s</text>' % (y + 17, c))
+    for i, p in enumerate(PLUGINS):
+        x = X0 + 2 * W * i
+        if (p, c) in cells:
+            vn, best, vb = verdict(cells[(p, c)])
+            cells_v = [(vn, 1.05, 0.9, "%.2fx" % vn),
+                       (vb, 1.0, 1.3, "%.2f" % vb)]
+        else:
+            cells_v = [(None, 1, 0, "-"), (None, 1, 0, "-")]
+        for k, (v, good, bad, label) in enumerate(cells_v):
+            svg.append('<rect x="%d" y="%d" width="%d" height="%d" fill="%s" '
+                       'stroke="white"/>' % (x + k * W, y, W, H,
+                                             colour(v, good, bad)))
+            svg.append('<text x="%d" y="%d">%s</text>'
+                       % (x + k * W + 14, y + 17, label))
+svg.append('</svg>')
+open(os.path.join(d, "..", "tune.svg"), "w").write("\n".join(svg) + "\n")
