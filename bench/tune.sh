@@ -18,8 +18,8 @@ shift || :
 plugins=${*:-lat1 objstore clu64k clu2m zero serial}
 clients=${CLIENTS:-nbdcopy nbdcopy4k convert-from convert-to naive rand1 rand32}
 setups=${SETUPS:-none default 64K 256K 1M 2M 8M 32M}
-F="$PWD/filters/reshape/.libs/nbdkit-reshape-filter.so"
-M="$PWD/bench/.libs/nbdkit-model-plugin.so"
+F=${RESHAPE_FILTER:-"$PWD/filters/reshape/.libs/nbdkit-reshape-filter.so"}
+M=${RESHAPE_MODEL:-"$PWD/bench/.libs/nbdkit-model-plugin.so"}
 out="$PWD/bench/results/tune"
 scratch=$(mktemp -d /dev/shm/reshape-tune.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
@@ -31,11 +31,11 @@ test -f "$M" || make -s check TESTS= >/dev/null
 plugin_args ()
 {
   case $1 in
-    lat1)     echo "size=512M latency=1ms bandwidth=400M" ;;
+    lat1)     echo "size=256M latency=1ms bandwidth=400M" ;;
     objstore) echo "size=256M latency=20ms bandwidth=100M" ;;
     clu64k)   echo "size=256M latency=100us cluster=64K decode=300us decoders=2" ;;
     clu2m)    echo "size=256M latency=100us cluster=2M decode=8ms decoders=2" ;;
-    zero)     echo "size=1G" ;;
+    zero)     echo "size=512M" ;;
     serial)   echo "size=128M latency=1ms bandwidth=400M serialize=true" ;;
   esac
 }
@@ -61,7 +61,7 @@ requests ()
 {
   case $1 in
     lat1|serial) echo 1000 ;;
-    objstore)    echo 60 ;;
+    objstore)    echo 200 ;;
     clu64k)      echo 2000 ;;
     clu2m)       echo 120 ;;
     zero)        echo 50000 ;;
@@ -72,6 +72,20 @@ requests ()
 setup_filters () { [ "$1" = none ] || echo "--filter=$F"; }
 setup_params () { case $1 in none|default) ;; *) echo "reshape-size=$1" ;; esac; }
 
+# nbdcopy --request-size=4096 copies a smaller export: 4K requests are
+# slow enough without a filter.
+small_size ()
+{
+  case $1 in
+    lat1)     echo 64M ;;
+    objstore) echo 32M ;;
+    clu64k)   echo 32M ;;
+    clu2m)    echo 4M ;;
+    zero)     echo 256M ;;
+    serial)   echo 16M ;;
+  esac
+}
+
 for p in $plugins; do
   pa=$(plugin_args "$p")
   size=${pa#size=}; size=${size%% *}
@@ -80,13 +94,15 @@ for p in $plugins; do
   nbdkit -U - pattern "$size" --run "nbdcopy \"\$uri\" $scratch/src.img"
   for c in $clients; do
     cmd=$(client_cmd "$c" "$(requests "$p")")
+    pa=$(plugin_args "$p")
+    [ "$c" != nbdcopy4k ] || pa="size=$(small_size "$p") ${pa#size=* }"
     echo "== $p: $c"
     args=()
     for s in $setups; do
       args+=(-n "$s" "nbdkit -U - $(setup_filters "$s") $M $pa \
 $(setup_params "$s") --run '$cmd'")
     done
-    hyperfine -N --warmup 1 --runs "$runs" --export-json "$out/$p.$c.json" \
+    hyperfine -N --warmup "${WARMUP:-1}" --runs "$runs" --export-json "$out/$p.$c.json" \
       "${args[@]}" 2>/dev/null | grep -E '^ +[0-9.]+ ± ' || :
     rm -f "$scratch/out.img"
   done

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Clients are told minimum 1, preferred = reshape-size (as settled with
-# the plugin's limits) when the plugin or the user named one, else 4K
-# or the plugin's minimum, maximum 64M; nbdcopy and qemu-img listen.
+# Clients are told minimum 1, maximum 64M, and as preferred:
+# reshape-size (as settled with the plugin's limits) when given; with
+# reshape-size=auto (the default) what was learnt (64K for a plugin
+# without latency), or the plugin's own preferred size if larger; 4K
+# or the plugin's minimum when nothing could be measured.  nbdcopy and
+# qemu-img listen.
 source "$srcdir/functions.sh"
 requires nbdinfo --version
 requires nbdcopy --version
@@ -25,16 +28,20 @@ expect ()
 }
 policy="--filter=blocksize-policy"
 
-# The filter's own guess (it cuts at 256K) is not pressed on clients.
-expect "1 4096 67108864"     memory 1M
+# A plugin without latency: 64K, learnt.
+expect "1 65536 67108864"    memory 1M
+expect "1 65536 67108864"    memory 1M reshape-size=auto
 expect "1 1048576 67108864"  memory 1M reshape-size=1M
-# The plugin's preferred size is the default when larger than 4K ...
+# The plugin's preferred size wins when larger ...
 expect "1 2097152 67108864"  $policy memory 1M blocksize-preferred=2M
-# ... else the guess; a 4K minimum is hidden from clients.
-expect "1 4096 67108864"     $policy memory 1M blocksize-minimum=4096 \
+# ... a 4K minimum is hidden from clients.
+expect "1 65536 67108864"    $policy memory 1M blocksize-minimum=4096 \
                                       blocksize-preferred=4096
 expect "1 65536 67108864"    $policy memory 1M blocksize-minimum=64K \
                                       blocksize-preferred=64K
+# Nothing to measure (an export smaller than one 4K read): the 256K
+# the filter then cuts at is only a guess, and clients hear 4K.
+expect "1 4096 67108864"     memory 2K
 # The cap wins over the size, the plugin's cap over ours.
 expect "1 65536 67108864"    memory 1M reshape-size=1M reshape-max=64K
 expect "1 65536 67108864"    memory 1M reshape-size=1M reshape-max=96K

@@ -10,7 +10,7 @@
 #   0  common: arithmetic, scoped locks, the clock      } pure: no
 #   1  walk rangelock ranges stage                       } nbdkit
 #   2  stats params
-#   3  pool workers sockbuf
+#   3  pool workers sockbuf tune
 #   4  split cache
 #   5  merge writeback readahead
 #   6  export
@@ -22,7 +22,7 @@ layers="
 0 common
 1 walk rangelock ranges stage
 2 stats params
-3 pool workers sockbuf
+3 pool workers sockbuf tune
 4 split cache
 5 merge writeback readahead
 6 export

@@ -84,6 +84,11 @@ run "write-back and readahead" 2097152 "--seq 0.6 --seqwrite --depth 1" \
 run "write-back with everything" 2097152 "--seq 0.5 --seqwrite" \
   "--filter=delay" \
   "delay-write=1ms reshape-writeback=true reshape-merge=true reshape-size=64K"
+# reshape-size=auto (the default) over a plugin with latency, every
+# feature on: the probe, cut choices, grains fetched for streams.
+run "auto with everything" 2097152 "--seq 0.6 --seqwrite" \
+  "--filter=delay" \
+  "delay-read=1ms delay-write=1ms reshape-size=auto reshape-writeback=true reshape-merge=true"
 # Injected EIO: errors reach the client, no wrong data, no acknowledged
 # write lost.
 run "4K minimum, EIO injected" 2097152 "--errors --seq 0.3" \

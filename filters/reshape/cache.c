@@ -36,6 +36,7 @@ struct cache_entry {
 
 struct cache {
   pthread_mutex_t lock;
+  pthread_cond_t filled;            /* a fill ended */
   struct cache_entry *entries;      /* most recently used first */
   struct cache_fill *fills;
   struct cache *next;               /* the live list */
@@ -68,6 +69,7 @@ cache_new (void)
   if (c == NULL)
     return NULL;
   pthread_mutex_init (&c->lock, NULL);
+  pthread_cond_init (&c->filled, NULL);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&live.lock);
   c->next = live.list;
   live.list = c;
@@ -116,6 +118,7 @@ cache_free (struct cache *c)
   }
   while (drop_oldest (c, &freed))
     ;
+  pthread_cond_destroy (&c->filled);
   pthread_mutex_destroy (&c->lock);
   free (c);
 }
@@ -159,6 +162,23 @@ cache_read (struct cache *c, uint64_t offset, uint32_t count, void *dst)
     pos += n;
   }
   return true;
+}
+
+bool
+cache_wait_fill (struct cache *c, uint64_t lo, uint64_t hi)
+{
+  struct cache_fill *f;
+  bool waited = false;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
+
+ again:
+  for (f = c->fills; f; f = f->next)
+    if (f->lo <= lo && hi <= f->hi) {
+      waited = true;
+      pthread_cond_wait (&c->filled, &c->lock);
+      goto again;
+    }
+  return waited;
 }
 
 void
@@ -214,6 +234,7 @@ keep (struct cache *c, struct cache_fill *f, void *buf, uint32_t len,
   for (pp = &c->fills; *pp != f; pp = &(*pp)->next)
     ;
   *pp = f->next;
+  pthread_cond_broadcast (&c->filled);
   if (!ok || f->stale)
     return false;
   forget_range (c, f->lo, f->lo + len);

@@ -33,6 +33,11 @@ extern void cache_free (struct cache *c);
 extern bool cache_read (struct cache *c, uint64_t offset, uint32_t count,
                         void *dst);
 
+/* If a fill in progress covers [lo, hi), wait for it to end (then
+ * cache_read may hit); true if there was one.
+ */
+extern bool cache_wait_fill (struct cache *c, uint64_t lo, uint64_t hi);
+
 /* Before reading [lo, hi) from the plugin to keep it. */
 extern void cache_fill_begin (struct cache *c, struct cache_fill *f,
                               uint64_t lo, uint64_t hi);

@@ -19,6 +19,7 @@
 #include "common.h"
 #include "export.h"
 #include "merge.h"
+#include "tune.h"
 #include "writeback.h"
 
 static struct {
@@ -50,7 +51,8 @@ export_new (const char *name)
   exp->cache = cache_new ();
   exp->merge = merge_new ();
   exp->wb = writeback_new ();
-  if (!exp->name || !exp->cache || !exp->merge || !exp->wb) {
+  exp->tune = tune_get (name);
+  if (!exp->name || !exp->cache || !exp->merge || !exp->wb || !exp->tune) {
     export_free (exp);
     return NULL;
   }

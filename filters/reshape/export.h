@@ -11,6 +11,7 @@
 
 struct cache;
 struct merge;
+struct tune;
 struct writeback;
 
 struct export {
@@ -19,6 +20,7 @@ struct export {
   struct cache *cache;        /* readahead data */
   struct merge *merge;        /* groups of small requests */
   struct writeback *wb;       /* staged writes */
+  struct tune *tune;          /* what is learnt (outlives the export) */
   struct export *next;
 };
 

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include <nbdkit-filter.h>
 
@@ -99,12 +100,32 @@ params_sndbuf (const char *key, const char *value)
   return 0;
 }
 
+/* A file parameter, as an absolute path (nbdkit may change directory). */
 static int
-params_stats (const char *key, const char *value)
+params_file (char **out, const char *value)
 {
-  free (reshape_cfg.stats_file);
-  reshape_cfg.stats_file = nbdkit_absolute_path (value);
-  return reshape_cfg.stats_file ? 0 : -1;
+  free (*out);
+  *out = nbdkit_absolute_path (value);
+  return *out ? 0 : -1;
+}
+
+/* Fail at start-up, not later, if file cannot be written: probe that
+ * by making, then removing, a file beside it.
+ */
+static int
+check_writable (const char *key, const char *file)
+{
+  CLEANUP_FREE char *probe = NULL;
+  FILE *fp;
+
+  if (asprintf (&probe, "%s.check.%ld", file, (long) getpid ()) == -1 ||
+      (fp = fopen (probe, "w")) == NULL) {
+    nbdkit_error ("%s: cannot write '%s': %m", key, file);
+    return -1;
+  }
+  fclose (fp);
+  unlink (probe);
+  return 0;
 }
 
 int
@@ -113,10 +134,14 @@ params_key (const char *key, const char *value)
   uint64_t v;
 
   if (strcmp (key, "reshape-size") == 0) {
-    if (parse_size (key, value, 4 * KiB, 32 * MiB,
-                    "a power of 2 from 4K to 32M", true, &v) == -1)
+    if (strcasecmp (value, "auto") == 0)
+      reshape_cfg.size = 0;
+    else if (parse_size (key, value, 4 * KiB, 32 * MiB,
+                         "'auto' or a power of 2 from 4K to 32M", true,
+                         &v) == -1)
       return -1;
-    reshape_cfg.size = v;
+    else
+      reshape_cfg.size = v;
   }
   else if (strcmp (key, "reshape-min") == 0) {
     if (parse_size (key, value, 1, 64 * KiB,
@@ -162,13 +187,16 @@ params_key (const char *key, const char *value)
   else if (strcmp (key, "reshape-sndbuf") == 0)
     return params_sndbuf (key, value) == -1 ? -1 : 1;
   else if (strcmp (key, "reshape-stats") == 0)
-    return params_stats (key, value) == -1 ? -1 : 1;
+    return params_file (&reshape_cfg.stats_file, value) == -1 ? -1 : 1;
+  else if (strcmp (key, "reshape-profile") == 0)
+    return params_file (&reshape_cfg.profile_file, value) == -1 ? -1 : 1;
   else if (strncmp (key, "reshape-", 8) == 0) {
     /* A typo must not silently reach the plugin as its own parameter. */
     nbdkit_error ("unknown parameter '%s'; the reshape filter takes "
                   "reshape-size, reshape-min, reshape-max, reshape-pool, "
                   "reshape-parallel, reshape-readahead, reshape-merge, "
-                  "reshape-writeback, reshape-sndbuf and reshape-stats", key);
+                  "reshape-writeback, reshape-sndbuf, reshape-stats and "
+                  "reshape-profile", key);
     return -1;
   }
   else
@@ -199,6 +227,9 @@ params_complete (void)
     }
     fclose (fp);
   }
+  if (reshape_cfg.profile_file &&
+      check_writable ("reshape-profile", reshape_cfg.profile_file) == -1)
+    return -1;
   return 0;
 }
 
@@ -212,7 +243,8 @@ void
 params_free (void)
 {
   free (reshape_cfg.stats_file);
-  reshape_cfg.stats_file = NULL;
+  free (reshape_cfg.profile_file);
+  reshape_cfg.stats_file = reshape_cfg.profile_file = NULL;
 }
 
 /* NBD's smallest preferred block size, and the largest that clients
@@ -221,39 +253,24 @@ params_free (void)
 #define NBD_PREFERRED_MIN 512
 #define NBD_PREFERRED_MAX (32 * 1024 * 1024)
 
-/* What clients are told to prefer: a power of 2, as NBD requires, no
- * larger than the size the filter cuts at.  When that size is only the
- * filter's guess (neither the plugin nor reshape-size named one), the
- * hint stays at 4K or the plugin's minimum: clients such as nbdcopy
- * raise any smaller request size to the hint and size their buffers by
- * it, and a client that chose small requests for a fast plugin should
- * keep them.  The filter still cuts large requests at its guess.
- */
+/* The largest power of 2 not above v, within NBD's preferred sizes. */
 static uint32_t
-preferred (const struct geometry *geo, bool guessed)
+preferred_pow2 (uint64_t v)
 {
-  uint32_t p = NBD_PREFERRED_MIN;
-
-  while (p * 2 <= geo->size && p < NBD_PREFERRED_MAX)
-    p *= 2;
-  if (guessed)
-    while (p > 4 * KiB && p / 2 >= geo->min)
-      p /= 2;
-  return p;
+  return min_u64 (max_u64 (pow2_floor (max_u64 (v, 1)), NBD_PREFERRED_MIN),
+                  NBD_PREFERRED_MAX);
 }
 
-/* Settle min, size and max for one connection. */
 int
-params_geometry (nbdkit_next *next, struct geometry *geo,
-                 uint32_t *preferred_out)
+params_limits (nbdkit_next *next, struct geometry *geo, uint32_t *ppref)
 {
-  uint32_t pmin = 0, ppref = 0, pmax = 0;
-  bool guessed;
+  uint32_t pmin = 0, pmax = 0;
   int64_t exportsize = next->get_size (next);
 
+  *ppref = 0;
   if (exportsize == -1)
     return -1;
-  if (next->block_size (next, &pmin, &ppref, &pmax) == -1)
+  if (next->block_size (next, &pmin, ppref, &pmax) == -1)
     return -1;
 
   geo->exportsize = exportsize;
@@ -271,23 +288,54 @@ params_geometry (nbdkit_next *next, struct geometry *geo,
                   reshape_cfg.max ? reshape_cfg.max : pmax, geo->min);
     return -1;
   }
+  geo->size = geo->max;           /* until params_sizes */
+  return 0;
+}
 
-  guessed = reshape_cfg.size == 0 && ppref <= 4 * KiB;
+/* The request size and what clients are told to prefer, for every
+ * way the size can be known:
+ *
+ *   - reshape-size=SIZE: both;
+ *   - reshape-size=auto, once learnt (tune.c): the learnt unit and
+ *     preferred size, or the plugin's preferred size if larger (the
+ *     plugin may know what a probe cannot see, a RAID stripe say);
+ *   - otherwise the plugin's preferred size if above 4K, else the
+ *     static DEFAULT_SIZE, which is only a guess and so is not told
+ *     to clients: they hear 4K (or the plugin's minimum).  Clients
+ *     such as nbdcopy raise any smaller request size to the hint and
+ *     size their buffers by it, and a client that chose small
+ *     requests for a fast plugin should keep them.
+ *
+ * Then the geometry's bounds: at least the minimum block, at most the
+ * maximum (the cap wins), and the preferred size a power of 2 no
+ * larger than the request size.
+ */
+void
+params_sizes (struct geometry *geo, uint32_t ppref, uint32_t learnt_unit,
+              uint32_t learnt_preferred, uint32_t *preferred)
+{
+  uint64_t size, pref;
+
   if (reshape_cfg.size)
-    geo->size = reshape_cfg.size;
-  else
-    geo->size = guessed ? DEFAULT_SIZE : ppref;
-  if (geo->size < geo->min)
-    geo->size = geo->min;
-  geo->size = min_u64 (geo->size, geo->max);   /* the cap wins */
-  *preferred_out = preferred (geo, guessed);
+    size = pref = reshape_cfg.size;
+  else if (learnt_preferred) {
+    pref = max_u64 (learnt_preferred, ppref);
+    size = max_u64 (learnt_unit ? learnt_unit : DEFAULT_SIZE, pref);
+  }
+  else if (ppref > 4 * KiB)
+    size = pref = ppref;
+  else {
+    size = DEFAULT_SIZE;
+    pref = max_u64 (4 * KiB, geo->min);
+  }
+  size = max_u64 (size, geo->min);
+  geo->size = round_down (min_u64 (size, geo->max), geo->min);
+  *preferred = preferred_pow2 (min_u64 (max_u64 (pref, geo->min),
+                                        geo->size));
 
-  nbdkit_debug ("reshape: plugin advertises minimum %" PRIu32
-                " preferred %" PRIu32 " maximum %" PRIu32
+  nbdkit_debug ("reshape: plugin advertises preferred %" PRIu32
                 "; requests to it: aligned to %" PRIu32
                 ", cut at %" PRIu32 ", at most %" PRIu32
                 "; clients are told to prefer %" PRIu32,
-                pmin, ppref, pmax, geo->min, geo->size, geo->max,
-                *preferred_out);
-  return 0;
+                ppref, geo->min, geo->size, geo->max, *preferred);
 }

@@ -27,7 +27,7 @@
  * once clients connect.
  */
 struct params {
-  uint32_t size;            /* reshape-size, 0 = pick per export */
+  uint32_t size;            /* reshape-size, 0 = auto */
   uint32_t min;             /* reshape-min, 0 = the plugin's minimum */
   uint32_t max;             /* reshape-max, 0 = the plugin's maximum */
   bool sndbuf_set;          /* reshape-sndbuf given */
@@ -38,6 +38,7 @@ struct params {
   bool merge;               /* reshape-merge */
   bool writeback;           /* reshape-writeback */
   char *stats_file;         /* reshape-stats, absolute path or NULL */
+  char *profile_file;       /* reshape-profile, absolute path or NULL */
   bool parallel_ok;         /* the stack's thread model is parallel
                                (known at get_ready) */
 };
@@ -50,15 +51,22 @@ extern int params_complete (void);
 extern void params_set_thread_model (int thread_model);
 extern void params_free (void);
 
-/* Settle one connection's geometry and the preferred block size told
- * to its clients.  -1 with the error reported if the plugin's limits
- * leave no valid request size.
+/* A connection's geometry, in two steps.  params_limits settles the
+ * export size, min and max from the parameters and what the plugin
+ * advertises (its preferred size in *ppref); -1 with the error
+ * reported if they leave no valid request size.  params_sizes then
+ * settles the request size and the preferred size told to clients,
+ * from reshape-size, or what reshape-size=auto learnt (0: nothing),
+ * or the plugin.
  */
-extern int params_geometry (nbdkit_next *next, struct geometry *geo,
-                            uint32_t *preferred);
+extern int params_limits (nbdkit_next *next, struct geometry *geo,
+                          uint32_t *ppref);
+extern void params_sizes (struct geometry *geo, uint32_t ppref,
+                          uint32_t learnt_unit, uint32_t learnt_preferred,
+                          uint32_t *preferred);
 
 #define PARAMS_HELP \
-  "reshape-size=SIZE    Optimal request size sent to the plugin.\n" \
+  "reshape-size=auto|SIZE  Optimal request size (default: learnt).\n" \
   "reshape-min=SIZE     Alignment the plugin needs.\n" \
   "reshape-max=SIZE     Largest request sent to the plugin.\n" \
   "reshape-pool=SIZE    Cap on the filter's buffer memory (default 64M).\n" \
@@ -67,6 +75,7 @@ extern int params_geometry (nbdkit_next *next, struct geometry *geo,
   "reshape-merge=BOOL   Merge concurrent small requests (default false).\n" \
   "reshape-writeback=BOOL  Stage small writes (default false).\n" \
   "reshape-sndbuf=SIZE|off  Send buffer of unix-socket client connections.\n" \
-  "reshape-stats=FILE   Write the statistics report to FILE at exit."
+  "reshape-stats=FILE   Write the statistics report to FILE at exit.\n" \
+  "reshape-profile=FILE  Keep what reshape-size=auto learns in FILE."
 
 #endif /* NBDKIT_RESHAPE_PARAMS_H */

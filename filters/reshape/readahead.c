@@ -43,6 +43,7 @@
 #include "split.h"
 #include "stage.h"
 #include "stats.h"
+#include "tune.h"
 
 void
 readahead_init (struct readahead *ra)
@@ -79,16 +80,27 @@ window_cap (const struct geometry *geo)
  */
 #define ALONE_RUN 4
 
+/* How far out of order a pipelining client's sequential reads arrive,
+ * in reads: nbdcopy keeps 64 in flight.
+ */
+#define REORDER 64
+
 /* Record this read as in flight; returns the window to fill, 0 for
- * none.  read_done must follow.
+ * none, and whether the read is near where the connection read last
+ * (in a stream, however many reads it keeps in flight).  read_done
+ * must follow.
  */
 static uint32_t
 next_window (struct readahead *ra, const struct geometry *geo,
-             uint64_t offset, uint32_t count)
+             uint64_t offset, uint32_t count, bool *near)
 {
   const uint32_t cap = window_cap (geo);
+  const uint64_t reach = (uint64_t) REORDER * count;
   uint32_t w = 0;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&ra->lock);
+
+  *near = ra->next != UINT64_MAX &&
+    offset + reach >= ra->next && offset <= ra->next + reach;
 
   /* A pipelining client's queue runs empty now and then (between its
    * work chunks): only a run of reads that each came alone counts.
@@ -128,23 +140,17 @@ read_done (struct readahead *ra, uint64_t took_ns)
     ra->latency = took_ns;
 }
 
-/* Read [offset, offset+window) into the cache, then serve the client. */
+/* Read [lo, hi) into the cache, then serve the client. */
 static int
 fill (struct cache *cache, const struct io *io, const struct down *down,
-      uint32_t window, void *buf, uint32_t count, uint64_t offset,
+      uint64_t lo, uint64_t hi, void *buf, uint32_t count, uint64_t offset,
       int *err)
 {
-  const uint64_t lo = round_down (offset, io->geo->min);
-  uint64_t hi = lo + window;
+  const uint32_t len = hi - lo;
   struct cache_fill f;
-  uint32_t len;
   char *data;
   int r;
 
-  if (hi < offset + count)           /* whole blocks: no bounce buffer */
-    hi = round_up (offset + count, io->geo->min);
-  hi = min_u64 (hi, io->geo->exportsize);
-  len = hi - lo;
   /* Staged writes in the window go first.  Where some stay staged
    * (held by a request, or refused by the plugin), the window would
    * keep what the plugin has instead of them: read directly.
@@ -165,6 +171,47 @@ fill (struct cache *cache, const struct io *io, const struct down *down,
   return r;
 }
 
+/* The window [offset, offset+window) from the grain holding offset
+ * (reshape-size=auto: a grain costs what any part of it costs) or else
+ * the block, rounded out to whole blocks (no bounce buffer) and
+ * clipped at the end of the export.
+ */
+static void
+window_range (const struct io *io, uint32_t window, uint32_t count,
+              uint64_t offset, uint64_t *lo, uint64_t *hi)
+{
+  const struct geometry *geo = io->geo;
+  struct tune_sizes s = { 0 };
+
+  if (io->tune)
+    tune_sizes (io->tune, &s);
+  *lo = round_down (offset, max_u64 (geo->min, s.grain));
+  *hi = max_u64 (*lo + window, round_up (offset + count, geo->min));
+  *hi = min_u64 (*hi, geo->exportsize);
+}
+
+/* reshape-size=auto found the plugin's cost flat up to a grain larger
+ * than this read (a cluster decoded whole, a latency that dwarfs the
+ * transfer): in a stream, fetch the aligned grain that holds the read,
+ * once, for the neighbours that come with it.  Random reads go
+ * directly (a grain each would cost them nothing but bandwidth, and
+ * bring nothing).  False if the read is not for a grain.
+ */
+static bool
+grain_range (const struct io *io, uint32_t count, uint64_t offset,
+             uint64_t *lo, uint64_t *hi)
+{
+  struct tune_sizes s = { 0 };
+
+  if (io->tune)
+    tune_sizes (io->tune, &s);
+  if (s.grain <= count || s.grain > pool_largest (POOL_REQUEST))
+    return false;
+  *lo = round_down (offset, s.grain);
+  *hi = min_u64 (*lo + s.grain, io->geo->exportsize);
+  return offset + count <= *hi;
+}
+
 int
 readahead_pread (struct readahead *ra, struct cache *cache,
                  const struct io *io, const struct down *down,
@@ -172,6 +219,8 @@ readahead_pread (struct readahead *ra, struct cache *cache,
 {
   uint32_t window;
   uint64_t took = 0;                    /* a direct read's time */
+  uint64_t lo, hi;
+  bool near;
   int r;
 
   /* Requests of the optimal size or larger are already what the plugin
@@ -179,21 +228,34 @@ readahead_pread (struct readahead *ra, struct cache *cache,
    */
   if (count >= io->geo->size)
     return down->pread (down->opaque, buf, count, offset, err);
-  window = next_window (ra, io->geo, offset, count);
+  window = next_window (ra, io->geo, offset, count, &near);
   if (cache_read (cache, offset, count, buf)) {
     stats_add (C_RA_HITS, 1);
     r = 0;
   }
-  else if (window == 0) {
+  else if (window) {
+    stats_add (C_RA_MISSES, 1);
+    window_range (io, window, count, offset, &lo, &hi);
+    r = fill (cache, io, down, lo, hi, buf, count, offset, err);
+  }
+  else if (near && grain_range (io, count, offset, &lo, &hi)) {
+    /* A neighbour may be fetching it already. */
+    if (cache_wait_fill (cache, offset, offset + count) &&
+        cache_read (cache, offset, count, buf)) {
+      stats_add (C_RA_HITS, 1);
+      r = 0;
+    }
+    else {
+      stats_add (C_RA_GRAINS, 1);
+      r = fill (cache, io, down, lo, hi, buf, count, offset, err);
+    }
+  }
+  else {
     const uint64_t start = now_ns ();
 
     r = down->pread (down->opaque, buf, count, offset, err);
     if (r == 0)
       took = now_ns () - start;
-  }
-  else {
-    stats_add (C_RA_MISSES, 1);
-    r = fill (cache, io, down, window, buf, count, offset, err);
   }
   read_done (ra, took);
   return r;

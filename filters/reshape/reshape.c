@@ -44,6 +44,7 @@
 #include "split.h"
 #include "stage.h"
 #include "stats.h"
+#include "tune.h"
 #include "workers.h"
 #include "writeback.h"
 
@@ -73,7 +74,8 @@ static void
 call_init (struct call *c, nbdkit_next *next, struct handle *h)
 {
   c->h = h;
-  c->io = (struct io) { .next = next, .geo = &h->geo, .split = &h->split };
+  c->io = (struct io) { .next = next, .geo = &h->geo, .split = &h->split,
+                        .tune = h->exp->tune };
 }
 
 /* Twice in one stack, the copies would share one set of globals (and
@@ -90,7 +92,10 @@ reshape_load (void)
 static void
 reshape_unload (void)
 {
-  stats_report (reshape_cfg.stats_file);
+  if (reshape_cfg.profile_file)
+    tune_save ();
+  stats_report (reshape_cfg.stats_file, tune_report);
+  tune_free_all ();
   pool_free_all ();
   params_free ();
 }
@@ -117,6 +122,8 @@ reshape_config_complete (nbdkit_next_config_complete *next,
     return -1;
   }
   if (params_complete () == -1)
+    return -1;
+  if (reshape_cfg.profile_file && tune_load (reshape_cfg.profile_file) == -1)
     return -1;
   pool_init (reshape_cfg.pool);
   pool_set_reclaim (cache_reclaim);
@@ -183,6 +190,8 @@ static int
 reshape_prepare (nbdkit_next *next, void *handle, int readonly)
 {
   struct handle *h = handle;
+  struct tune_sizes learnt = { 0 };
+  uint32_t ppref;
 
   h->multi_conn = next->can_multi_conn (next) == 1;
   /* Staged data is durable only once flushed: over a plugin that
@@ -190,8 +199,17 @@ reshape_prepare (nbdkit_next *next, void *handle, int readonly)
    * staged.
    */
   h->staging = reshape_cfg.writeback && next->can_flush (next) == 1;
-  if (params_geometry (next, &h->geo, &h->preferred) == -1)
+  if (params_limits (next, &h->geo, &ppref) == -1)
     return -1;
+  /* reshape-size=auto: learnt from the plugin before the client is
+   * told its preferred size.
+   */
+  if (reshape_cfg.size == 0) {
+    tune_probe (h->exp->tune, next, &h->geo);
+    tune_sizes (h->exp->tune, &learnt);
+  }
+  params_sizes (&h->geo, ppref, learnt.unit, learnt.preferred,
+                &h->preferred);
   /* Balanced by writeback_close in finalize, which nbdkit calls only
    * for a connection whose prepare succeeded.
    */

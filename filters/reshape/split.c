@@ -63,6 +63,7 @@ struct op {
   const char *wbuf;           /* pwrite */
   uint32_t flags;             /* flags for each piece */
   bool write;                 /* pieces take block-range locks */
+  bool timed;                 /* data pieces: tell tune.c their cost */
 };
 
 typedef int (*piece_fn) (const struct op *o, const struct piece *p,
@@ -194,6 +195,9 @@ work_on (void *opaque)
       if (sw->err == 0)
         sw->err = err;
     }
+    else if (sw->o->timed && !p.partial)
+      tune_record (sw->o->io->tune, sw->o->write ? TUNE_WRITE : TUNE_READ,
+                   p.count, now_ns () - start);
     busy += now_ns () - start;
   }
   /* Once per thread, not per piece: the lock is on the request's path. */
@@ -333,13 +337,44 @@ pread_piece (const struct op *o, const struct piece *p, int *err)
   return o->io->next->pread (o->io->next, dst, p->count, p->offset, 0, err);
 }
 
+/* Where a read or write of count bytes is cut: at reshape-size, or
+ * (reshape-size=auto) where tune.c finds it pays, which may be not at
+ * all.  data_done must follow.
+ */
+static uint32_t
+data_step (struct op *o, uint64_t count, struct tune_choice *c)
+{
+  uint32_t step;
+
+  c->cls = -1;
+  if (reshape_cfg.size || o->io->tune == NULL)
+    return o->io->geo->size;
+  o->timed = true;
+  step = tune_cut_begin (o->io->tune, o->write ? TUNE_WRITE : TUNE_READ,
+                         count, o->io->geo->max, c);
+  return step < count ? step : UINT32_MAX;    /* whole: up to the max */
+}
+
+/* A request that succeeded teaches tune.c what its cut cost. */
+static int
+data_done (const struct op *o, const struct tune_choice *c, int r)
+{
+  if (c->cls >= 0)
+    tune_cut_end (o->io->tune, o->write ? TUNE_WRITE : TUNE_READ, c,
+                  r == 0);
+  return r;
+}
+
 int
 split_pread (const struct io *io, void *buf, uint32_t count,
              uint64_t offset, int *err)
 {
   struct op o = { .io = io, .offset = offset, .rbuf = buf };
+  struct tune_choice c;
+  uint32_t step = data_step (&o, count, &c);
 
-  return run_pieces (&o, offset, count, io->geo->size, pread_piece, err);
+  return data_done (&o, &c,
+                    run_pieces (&o, offset, count, step, pread_piece, err));
 }
 
 static int
@@ -358,9 +393,12 @@ int
 split_pwrite (const struct io *io, const void *buf, uint32_t count,
               uint64_t offset, uint32_t flags, int *err)
 {
-  struct op o = { .io = io, .offset = offset, .wbuf = buf, .flags = flags };
+  struct op o = { .io = io, .offset = offset, .wbuf = buf, .flags = flags,
+                  .write = true };
+  struct tune_choice c;
+  uint32_t step = data_step (&o, count, &c);
 
-  return run_write (&o, count, io->geo->size, pwrite_piece, err);
+  return data_done (&o, &c, run_write (&o, count, step, pwrite_piece, err));
 }
 
 /* Partial blocks of a zero are written as zeros; MAY_TRIM and

@@ -16,13 +16,8 @@
 
 #include <nbdkit-filter.h>
 
+#include "tune.h"
 #include "walk.h"
-
-/* A plugin call answered faster than this (memory, a file in the page
- * cache) has no latency worth hiding: neither helper threads
- * (split.c) nor readahead (readahead.c) pay for themselves there.
- */
-#define PLUGIN_SLOW_NS (50 * 1000)
 
 /* Split's state for one connection: the mean time per piece of its
  * last split read [0] and write, zero or trim [1], 0 = none yet.
@@ -36,6 +31,7 @@ struct io {
   nbdkit_next *next;
   const struct geometry *geo;
   struct split_conn *split;
+  struct tune *tune;            /* reshape-size=auto: the export's */
 };
 
 /* Each returns 0, or -1 with *err set. */

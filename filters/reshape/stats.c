@@ -46,6 +46,7 @@ static const char *const counter_names[C_COUNTERS] = {
   [C_RA_MISSES] = "readahead fills",
   [C_RA_FILLED] = "bytes read ahead",
   [C_RA_WINDOW] = "readahead window high-water (bytes)",
+  [C_RA_GRAINS] = "grains fetched for streams (auto)",
   [C_WB_STAGED] = "bytes staged (write-back)",
   [C_WB_WRITTEN] = "staged bytes written back",
   [C_WB_FAILED] = "write-backs failed (kept staged)",
@@ -183,7 +184,7 @@ write_report (FILE *fp)
 }
 
 void
-stats_report (const char *file)
+stats_report (const char *file, void (*more) (FILE *fp))
 {
   char *text = NULL, *line, *save = NULL;
   size_t len = 0;
@@ -192,6 +193,8 @@ stats_report (const char *file)
   if (fp == NULL)
     return;
   write_report (fp);
+  if (more)
+    more (fp);
   fclose (fp);
   if (file) {
     FILE *out = fopen (file, "w");

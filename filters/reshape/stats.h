@@ -11,6 +11,7 @@
 #define NBDKIT_RESHAPE_STATS_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 enum stats_op {
   OP_PREAD, OP_PWRITE, OP_ZERO, OP_TRIM, OP_CACHE, OP_EXTENTS, OP_FLUSH,
@@ -30,6 +31,7 @@ enum stats_counter {
   C_RA_MISSES,         /* sequential reads that filled a window */
   C_RA_FILLED,         /* bytes read ahead */
   C_RA_WINDOW,         /* largest readahead window used */
+  C_RA_GRAINS,         /* grains fetched for reads in a stream (auto) */
   C_WB_STAGED,         /* bytes of small writes staged */
   C_WB_WRITTEN,        /* staged bytes written back */
   C_WB_FAILED,         /* write-backs the plugin failed (kept staged) */
@@ -48,7 +50,9 @@ extern void stats_plugin (enum stats_op op, uint64_t bytes);
 extern void stats_add (enum stats_counter c, uint64_t n);
 extern void stats_max (enum stats_counter c, uint64_t v);
 
-/* Write the report to file if given, and as debug lines (-v). */
-extern void stats_report (const char *file);
+/* Write the report to file if given, and as debug lines (-v); more,
+ * if not NULL, appends to it (the layers above have their own).
+ */
+extern void stats_report (const char *file, void (*more) (FILE *fp));
 
 #endif /* NBDKIT_RESHAPE_STATS_H */

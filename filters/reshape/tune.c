@@ -1,0 +1,821 @@
+/* nbdkit-reshape-filter
+ * Copyright the nbdkit-reshape-filter authors.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * reshape-size=auto.  Per export, the filter learns the cost of a
+ * plugin call by its size, and picks its sizes from that.
+ *
+ * The probe.  When the first client connects to an export, before it
+ * is told the preferred block size, the filter times single reads of
+ * growing size (4K, 16K, 64K, ... up to 16M, each at a fresh offset),
+ * stopping as soon as the shape is clear (the first size is read
+ * twice, the faster counting: it is what the others are held to):
+ *
+ *   - a 4K read answered in under PLUGIN_SLOW_NS: no latency to
+ *     amortize (memory, the page cache); nothing more to learn;
+ *   - otherwise the cost stays flat while the size grows, up to the
+ *     grain G (a per-call cost: latency, or a cluster decoded whole),
+ *     then grows; one more read halfway finds the knee, and the line
+ *     from G to a read 4 times past the knee gives the bandwidth B of
+ *     one stream and the per-call cost L that remains (L + s/B for
+ *     s > G; 0 for clusters).  A read that looks like the knee is read
+ *     again, the faster counting, so a busy machine's one slow read is
+ *     not taken for it.
+ *
+ * That costs about a dozen reads (0.4 s for a plugin answering in
+ * 20 ms with 100 MB/s).  From it:
+ *
+ *   - grain G: no request is cut into pieces smaller than G (each
+ *     piece would cost a whole grain), and small sequential reads are
+ *     fetched as the aligned G block that holds them (it costs no more
+ *     than the small read);
+ *   - preferred P, told to clients and used as the unit of staging and
+ *     readahead: where a call's fixed cost equals its transfer time,
+ *     the power of 2 nearest L B, at least G, at most 8M (clients size
+ *     their buffers by it; nbdcopy keeps 64 requests in flight, so
+ *     beyond L B its pipeline, not the plugin, pays).  A plugin
+ *     without latency is told 64K: below that, the server's and the
+ *     client's cost per request dominates whatever the plugin does.
+ *
+ * Cutting large requests.  A request is sent whole (up to the
+ * plugin's maximum) until cutting is measured to be faster.  For every
+ * request larger than 2 G, the model L + s/B, run on as many lanes as
+ * helper threads are free, proposes the best cut; if it promises to be
+ * at least 25% faster, every 4th request of that size class is cut
+ * there until both options have a few samples, then every 16th tries
+ * the option not in use, and the option measured faster (by 15%, end
+ * to end) is kept.  So a request is never cut below its own size
+ * unless the plugin's maximum demands it or cutting was measured to be
+ * faster, and the choice follows the plugin if it changes.  An option
+ * measured 30% worse is tried less and less often (down to every 256th
+ * request).
+ *
+ * Everything learnt is kept per export name until the filter is
+ * unloaded, and shown in the statistics report.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <nbdkit-filter.h>
+
+#include "common.h"
+#include "params.h"
+#include "tune.h"
+
+/* -D reshape.tune=1: the probe and every decision that changes. */
+NBDKIT_DLL_PUBLIC int reshape_debug_tune;
+
+#define MIN_SHIFT 12                    /* classes from 4K ... */
+#define NCLASSES 16                     /* ... to 128M */
+#define PROBE_MAX (16 * 1024 * 1024)    /* largest read of the probe */
+#define FLAT 1.25                       /* "as cheap", for choices */
+#define KNEE 1.5                        /* "costs more", for the probe */
+#define PREFERRED_CAP (8 * 1024 * 1024)
+#define FAST_PREFERRED (64 * 1024)
+#define EXPLORE_FIRST 4                 /* until both are measured */
+#define EXPLORE_EVERY 16
+#define EXPLORE_RARELY 256
+#define SWITCH 0.87                     /* the other option wins by 15% */
+#define WORSE 1.3                       /* an exploration that lost */
+#define MIN_SAMPLES 3
+
+enum state { UNKNOWN, PROBING, KNOWN };
+
+/* Plugin calls of one size class. */
+struct cost {
+  uint64_t calls, bytes, ns;            /* totals, atomic */
+};
+
+/* Cut or whole, for one direction and size class of requests. */
+struct bandit {
+  bool used;
+  bool cut;                             /* the current choice */
+  double ns_per_byte[2];                /* EWMA, [0] whole, [1] cut */
+  unsigned samples[2];
+  unsigned since;                       /* requests since exploring */
+  unsigned every;                       /* explore every so many */
+  unsigned switches;
+};
+
+struct tune {
+  char *name;
+  pthread_mutex_t lock;
+  pthread_cond_t known;
+  enum state state;
+  /* The probe's findings. */
+  bool measured;                        /* the probe got numbers */
+  bool fast;                            /* no latency worth hiding */
+  double probe_ns[NCLASSES];            /* 0: not probed */
+  uint32_t grain;                       /* G */
+  double lat_ns;                        /* L */
+  double ns_per_byte;                   /* 1 / B, 0 = no bandwidth cost */
+  struct tune_sizes sizes;
+  char why[200];
+  /* The geometry the probe ran on (a profile must match it). */
+  bool from_profile;
+  uint64_t exportsize;
+  uint32_t min, max;
+  /* Live traffic. */
+  struct cost table[TUNE_DIRS][NCLASSES];
+  struct bandit bandits[TUNE_DIRS][NCLASSES];
+  unsigned active;                      /* requests being cut, atomic */
+  struct tune *next;
+};
+
+static struct {
+  pthread_mutex_t lock;
+  struct tune *list;
+} all = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* reshape-profile=FILE, NULL if not given. */
+static struct {
+  pthread_mutex_t lock;                 /* one save at a time */
+  const char *file;
+} profile = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static unsigned
+class_of (uint64_t bytes)
+{
+  unsigned c = 0;
+
+  while (c + 1 < NCLASSES && bytes >> (c + 1 + MIN_SHIFT))
+    c++;
+  return c;
+}
+
+static uint64_t
+class_bytes (unsigned c)
+{
+  return UINT64_C (1) << (c + MIN_SHIFT);
+}
+
+struct tune *
+tune_get (const char *exportname)
+{
+  struct tune *t;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&all.lock);
+
+  for (t = all.list; t; t = t->next)
+    if (strcmp (t->name, exportname) == 0)
+      return t;
+  t = calloc (1, sizeof *t);
+  if (t == NULL || (t->name = strdup (exportname)) == NULL) {
+    free (t);
+    nbdkit_error ("reshape: tune: %m");
+    return NULL;
+  }
+  pthread_mutex_init (&t->lock, NULL);
+  pthread_cond_init (&t->known, NULL);
+  t->next = all.list;
+  all.list = t;
+  return t;
+}
+
+void
+tune_free_all (void)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&all.lock);
+
+  while (all.list) {
+    struct tune *t = all.list;
+    all.list = t->next;
+    pthread_cond_destroy (&t->known);
+    pthread_mutex_destroy (&t->lock);
+    free (t->name);
+    free (t);
+  }
+}
+
+/* The i-th probe reads len bytes at its own place in the export, so
+ * that no probe finds what an earlier one brought into a cache.
+ */
+static uint64_t
+probe_offset (const struct geometry *geo, uint32_t len, unsigned i)
+{
+  uint64_t room = geo->exportsize - len;
+
+  return round_down (room / 8 * (i % 8), max_u64 (len, geo->min));
+}
+
+/* Time the i-th probe, a read of len bytes; -1 on error.  The buffer
+ * is touched first: the read times the plugin, not page faults.
+ */
+static double
+time_read (nbdkit_next *next, const struct geometry *geo, char *buf,
+           uint32_t len, unsigned i)
+{
+  uint64_t start;
+  int err;
+
+  memset (buf, 0, len);
+  start = now_ns ();
+  if (next->pread (next, buf, len, probe_offset (geo, len, i), 0,
+                   &err) == -1)
+    return -1;
+  return now_ns () - start;
+}
+
+/* The faster of two reads of len bytes: one read alone may be slowed
+ * by anything (a scheduler, a page fault), and the probe's decisions
+ * rest on a few reads.  -1 on error.
+ */
+static double
+time_read2 (nbdkit_next *next, const struct geometry *geo, char *buf,
+            uint32_t len, unsigned *i)
+{
+  double a = time_read (next, geo, buf, len, (*i)++);
+  double b = a < 0 ? -1 : time_read (next, geo, buf, len, (*i)++);
+
+  return a < 0 || b < 0 ? -1 : a < b ? a : b;
+}
+
+/* The cost of a call of s bytes as the probe found it. */
+static double
+model_ns (const struct tune *t, uint64_t s)
+{
+  double flat = t->probe_ns[class_of (t->grain)];
+
+  if (s <= t->grain || t->ns_per_byte == 0)
+    return flat;
+  return t->lat_ns + s * t->ns_per_byte;
+}
+
+/* From the probe: the sizes, and why. */
+static void
+choose_sizes (struct tune *t)
+{
+  uint64_t p;
+
+  if (!t->measured) {
+    snprintf (t->why, sizeof t->why, "not measured: static sizes");
+    return;
+  }
+  if (t->fast) {
+    t->sizes = (struct tune_sizes) { .preferred = FAST_PREFERRED };
+    snprintf (t->why, sizeof t->why,
+              "4K read in %.0f us: no latency; clients told %uK, "
+              "requests not cut", t->probe_ns[0] / 1000,
+              FAST_PREFERRED / 1024);
+    return;
+  }
+  /* Where a call's fixed cost equals its transfer time, s = L B: with
+   * the requests a client keeps in flight, larger requests gain little
+   * and cost the client buffers and the pipeline its depth (measured:
+   * nbdcopy over 1 ms + 400 MB/s is fastest at 256K-1M, L B = 400K).
+   * The power of 2 nearest L B, at least G, at most PREFERRED_CAP.
+   */
+  p = t->grain;
+  if (t->ns_per_byte > 0) {
+    const double lb = t->lat_ns / t->ns_per_byte;
+    while (p < PREFERRED_CAP && p * 1.41421356 < lb)
+      p *= 2;
+  }
+  else
+    p = max_u64 (p, PREFERRED_CAP);
+  p = min_u64 (p, PREFERRED_CAP);
+  t->sizes = (struct tune_sizes) {
+    .preferred = p, .unit = p, .grain = t->grain,
+  };
+  snprintf (t->why, sizeof t->why,
+            "cost flat up to %" PRIu32 "K (%.2f ms), then %.2f ms + "
+            "%.0f MB/s per stream: clients told %" PRIu64 "K",
+            t->grain / 1024, model_ns (t, t->grain) / 1e6, t->lat_ns / 1e6,
+            t->ns_per_byte > 0 ? 1e3 / t->ns_per_byte : 0.0, p / 1024);
+}
+
+/* The probe's time for a read of s bytes that looks like it costs more
+ * than flat: such a read is read again and the faster counts, so that
+ * one read slowed by something else (a busy machine) is not taken for
+ * the knee.  -1 on error.
+ */
+static double
+time_step (nbdkit_next *next, const struct geometry *geo, char *buf,
+           uint32_t s, double flat, unsigned *i)
+{
+  double ts = time_read (next, geo, buf, s, (*i)++);
+
+  if (ts > KNEE * flat)
+    ts = time_read2 (next, geo, buf, s, i);
+  return ts;
+}
+
+/* Find the knee: the grain G where the cost starts growing, and the
+ * line after it.  Sizes grow by 4; once a size costs more than the
+ * flat cost, the size halfway is read too, and the line is drawn from
+ * G to a size well past the knee (4 times it, if the export and the
+ * plugin's maximum allow), which the noise of one read barely tilts.
+ */
+static void
+probe_shape (struct tune *t, nbdkit_next *next, const struct geometry *geo,
+             char *buf, uint32_t base, uint32_t limit, unsigned i)
+{
+  const double flat = t->probe_ns[class_of (base)];
+  uint64_t s, knee = 0, far;
+  double tk = 0, tg;
+
+  t->grain = base;
+  for (s = base * 4; s <= limit; s *= 4) {
+    double ts = time_step (next, geo, buf, s, flat, &i);
+    if (ts < 0)
+      return;
+    t->probe_ns[class_of (s)] = ts;
+    if (ts <= KNEE * flat) {
+      t->grain = s;
+      continue;
+    }
+    knee = s;
+    tk = ts;
+    if (s / 2 > t->grain) {
+      double th = time_step (next, geo, buf, s / 2, flat, &i);
+      if (th < 0)
+        return;
+      t->probe_ns[class_of (s / 2)] = th;
+      if (th <= KNEE * flat)
+        t->grain = s / 2;
+    }
+    break;
+  }
+  tg = t->probe_ns[class_of (t->grain)];
+  if (knee) {
+    far = min_u64 (knee * 4, limit);
+    if (far > knee) {
+      double tf = time_read2 (next, geo, buf, far, &i);
+      if (tf < 0)
+        return;
+      t->probe_ns[class_of (far)] = tf;
+      knee = far;
+      tk = tf;
+    }
+    if (tk > tg) {
+      const double npb = (tk - tg) / (knee - t->grain);
+      const double l = tg - t->grain * npb;
+
+      t->ns_per_byte = npb;
+      t->lat_ns = l > 0 ? l : 0;      /* clusters: all cost is per byte */
+    }
+  }
+  t->measured = true;
+}
+
+static void
+probe (struct tune *t, nbdkit_next *next, const struct geometry *geo)
+{
+  const uint32_t base = max_u64 (4096, geo->min);
+  const uint64_t limit = min_u64 (min_u64 (geo->exportsize, geo->max),
+                                  PROBE_MAX);
+  CLEANUP_FREE char *buf = NULL;
+  unsigned i = 0;
+  double t0;
+
+  if (limit < base || (buf = malloc (limit)) == NULL)
+    return;
+  t0 = time_read2 (next, geo, buf, base, &i);
+  if (t0 < 0)
+    return;
+  t->probe_ns[class_of (base)] = t0;
+  if (t0 < PLUGIN_SLOW_NS) {
+    t->fast = t->measured = true;
+    return;
+  }
+  probe_shape (t, next, geo, buf, base, pow2_floor (limit), i);
+}
+
+/* Does what a profile said of t hold for this geometry?  Lock held. */
+static bool
+profile_fits (struct tune *t, const struct geometry *geo)
+{
+  if (t->exportsize == geo->exportsize && t->min == geo->min &&
+      t->max == geo->max)
+    return true;
+  nbdkit_error ("reshape-profile: warning: export '%s' is not what the "
+                "profile was made on (size %" PRIu64 ", minimum %" PRIu32
+                ", maximum %" PRIu32 " now; %" PRIu64 ", %" PRIu32 ", %"
+                PRIu32 " then): probing it again", t->name,
+                geo->exportsize, geo->min, geo->max, t->exportsize, t->min,
+                t->max);
+  memset (t->probe_ns, 0, sizeof t->probe_ns);
+  t->measured = t->fast = t->from_profile = false;
+  t->grain = 0;
+  t->lat_ns = t->ns_per_byte = 0;
+  t->sizes = (struct tune_sizes) { 0 };
+  return false;
+}
+
+void
+tune_probe (struct tune *t, nbdkit_next *next, const struct geometry *geo)
+{
+  unsigned c;
+
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+    while (t->state == PROBING)
+      pthread_cond_wait (&t->known, &t->lock);
+    if (t->state == KNOWN && (!t->from_profile || profile_fits (t, geo)))
+      return;
+    t->state = PROBING;
+  }
+  t->exportsize = geo->exportsize;
+  t->min = geo->min;
+  t->max = geo->max;
+  probe (t, next, geo);
+  choose_sizes (t);
+  if (reshape_debug_tune) {
+    for (c = 0; c < NCLASSES; c++)
+      if (t->probe_ns[c])
+        nbdkit_debug ("reshape: tune: export '%s': probe read %" PRIu64
+                      "K in %.3f ms", t->name, class_bytes (c) / 1024,
+                      t->probe_ns[c] / 1e6);
+    nbdkit_debug ("reshape: tune: export '%s': %s", t->name, t->why);
+  }
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+    t->state = KNOWN;
+    pthread_cond_broadcast (&t->known);
+  }
+  if (profile.file)
+    tune_save ();
+}
+
+/* No lock: the sizes are set once, by the probe, before any request
+ * of any connection (each connection's prepare waits for it).
+ */
+void
+tune_sizes (struct tune *t, struct tune_sizes *s)
+{
+  *s = t->sizes;
+}
+
+void
+tune_record (struct tune *t, enum tune_dir d, uint64_t bytes, uint64_t ns)
+{
+  struct cost *c = &t->table[d][class_of (bytes)];
+
+  __atomic_fetch_add (&c->calls, 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add (&c->bytes, bytes, __ATOMIC_RELAXED);
+  __atomic_fetch_add (&c->ns, ns, __ATOMIC_RELAXED);
+}
+
+/* Lanes: the pieces of one request that run at once, given the
+ * helpers shared by the requests being cut now.
+ */
+static unsigned
+lanes (struct tune *t)
+{
+  unsigned active = __atomic_load_n (&t->active, __ATOMIC_RELAXED);
+
+  if (!reshape_cfg.parallel_ok)
+    return 1;
+  return 1 + (reshape_cfg.parallel - 1) / max_u64 (active, 1);
+}
+
+/* The model's best cut of count bytes and its gain over whole. */
+static uint64_t
+best_cut (struct tune *t, uint64_t count, uint32_t max, double *gain)
+{
+  const unsigned l = lanes (t);
+  const double whole = model_ns (t, min_u64 (count, max)) *
+    ((count + max - 1) / max);
+  uint64_t s, best = count;
+  double best_ns = whole;
+
+  for (s = t->grain; s <= count / 2 && s <= max; s *= 2) {
+    uint64_t pieces = (count + s - 1) / s;
+    double ns = ((pieces + l - 1) / l) * model_ns (t, s);
+    if (ns < best_ns) {
+      best_ns = ns;
+      best = s;
+    }
+  }
+  *gain = whole / best_ns;
+  return best;
+}
+
+uint32_t
+tune_cut_begin (struct tune *t, enum tune_dir d, uint64_t count,
+                uint32_t max, struct tune_choice *c)
+{
+  struct bandit *b;
+  uint64_t cut;
+  double gain;
+  bool explore;
+
+  c->cls = -1;
+  if (!t->measured || t->fast || count < 2 * (uint64_t) t->grain)
+    return min_u64 (count, max);
+  cut = best_cut (t, count, max, &gain);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+  b = &t->bandits[d][class_of (count)];
+  if (!b->used) {
+    *b = (struct bandit) { .used = true, .cut = false,
+                           .every = EXPLORE_FIRST };
+    if (reshape_debug_tune)
+      nbdkit_debug ("reshape: tune: '%s' %s of %" PRIu64 "K: %s (the "
+                    "model: %.2fx faster cut at %" PRIu64 "K, to be "
+                    "measured)", t->name,
+                    d == TUNE_READ ? "reads" : "writes", count / 1024,
+                    "whole", gain, cut / 1024);
+  }
+  /* Try the other option now and then, if the model sees one. */
+  explore = ++b->since >= b->every && cut < count &&
+    (b->cut || gain >= FLAT);
+  if (explore)
+    b->since = 0;
+  c->cls = class_of (count);
+  c->cut = b->cut != explore;
+  c->count = count;
+  c->start_ns = now_ns ();
+  if (c->cut)
+    __atomic_add_fetch (&t->active, 1, __ATOMIC_RELAXED);
+  return c->cut ? cut : min_u64 (count, max);
+}
+
+void
+tune_cut_end (struct tune *t, enum tune_dir d, const struct tune_choice *c,
+              bool ok)
+{
+  const double npb = (double) (now_ns () - c->start_ns) / c->count;
+  struct bandit *b;
+  const int o = c->cut;
+
+  if (c->cls < 0)
+    return;
+  if (c->cut)
+    __atomic_sub_fetch (&t->active, 1, __ATOMIC_RELAXED);
+  if (!ok)                      /* a failure's time tells nothing */
+    return;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+  b = &t->bandits[d][c->cls];
+  b->ns_per_byte[o] = b->samples[o] ? 0.75 * b->ns_per_byte[o] + 0.25 * npb
+                                    : npb;
+  b->samples[o]++;
+  if (o != b->cut && b->samples[o] >= MIN_SAMPLES &&
+      b->samples[!o] >= MIN_SAMPLES) {
+    if (b->ns_per_byte[o] < SWITCH * b->ns_per_byte[!o]) {
+      b->cut = o;
+      b->every = EXPLORE_EVERY;
+      b->switches++;
+      if (reshape_debug_tune)
+        nbdkit_debug ("reshape: tune: '%s' %s of %" PRIu64 "K: now %s "
+                      "(measured %.2f against %.2f ns per byte)", t->name,
+                      d == TUNE_READ ? "reads" : "writes",
+                      class_bytes (c->cls) / 1024, o ? "cut" : "whole",
+                      b->ns_per_byte[o], b->ns_per_byte[!o]);
+    }
+    else if (b->ns_per_byte[o] > WORSE * b->ns_per_byte[!o])
+      b->every = min_u64 (max_u64 (b->every, EXPLORE_EVERY) * 2,
+                          EXPLORE_RARELY);
+    else
+      b->every = max_u64 (b->every, EXPLORE_EVERY);
+  }
+}
+
+static void
+report_one (FILE *fp, struct tune *t)
+{
+  static const char *const dirs[TUNE_DIRS] = { "reads", "writes" };
+  unsigned d, c;
+
+  fprintf (fp, "\nreshape-size=auto, export '%s': %s\n", t->name, t->why);
+  if (t->sizes.preferred)
+    fprintf (fp, "  preferred %" PRIu32 "K, unit %" PRIu32 "K, "
+             "grain %" PRIu32 "K\n", t->sizes.preferred / 1024,
+             t->sizes.unit / 1024, t->sizes.grain / 1024);
+  fprintf (fp, "  %-8s %8s %10s %10s %10s %10s\n", "", "size", "probe ms",
+           "calls", "mean ms", "MB/s");
+  for (d = 0; d < TUNE_DIRS; d++)
+    for (c = 0; c < NCLASSES; c++) {
+      const struct cost *k = &t->table[d][c];
+      if (k->calls == 0 && (d != TUNE_READ || t->probe_ns[c] == 0))
+        continue;
+      fprintf (fp, "  %-8s %7" PRIu64 "K %10.3f %10" PRIu64 " %10.3f "
+               "%10.1f\n", dirs[d], class_bytes (c) / 1024,
+               d == TUNE_READ ? t->probe_ns[c] / 1e6 : 0.0, k->calls,
+               k->calls ? (double) k->ns / k->calls / 1e6 : 0.0,
+               k->ns ? (double) k->bytes / k->ns * 1e3 : 0.0);
+    }
+  for (d = 0; d < TUNE_DIRS; d++)
+    for (c = 0; c < NCLASSES; c++) {
+      const struct bandit *b = &t->bandits[d][c];
+      if (!b->used)
+        continue;
+      fprintf (fp, "  %s of %" PRIu64 "K+: %s (whole %.3f, cut %.3f ns "
+               "per byte, %u/%u samples, %u switches)\n", dirs[d],
+               class_bytes (c) / 1024, b->cut ? "cut" : "whole",
+               b->ns_per_byte[0], b->ns_per_byte[1], b->samples[0],
+               b->samples[1], b->switches);
+    }
+}
+
+void
+tune_report (FILE *fp)
+{
+  struct tune *t;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&all.lock);
+
+  for (t = all.list; t; t = t->next)
+    report_one (fp, t);
+}
+
+/* The profile.  A text file, one line per export measured:
+ *
+ *   nbdkit-reshape-filter profile 1
+ *   export HEXNAME exportsize N min N max N fast 0|1 grain N
+ *     lat NS npb NS probe CLASS:NS ...        (all on one line)
+ *
+ * written whole to a temporary file and renamed over the old one, so
+ * that a reader never sees half of it.  Anything unexpected makes the
+ * whole file suspect: it is ignored with a warning, and every export
+ * is probed.
+ */
+#define PROFILE_HEADER "nbdkit-reshape-filter profile 1"
+
+static void
+write_entry (FILE *fp, const struct tune *t)
+{
+  const char *n;
+  unsigned c;
+
+  fprintf (fp, "export ");
+  for (n = t->name; *n; n++)
+    fprintf (fp, "%02x", (unsigned char) *n);
+  if (*t->name == '\0')
+    fprintf (fp, "-");
+  fprintf (fp, " exportsize %" PRIu64 " min %" PRIu32 " max %" PRIu32
+           " fast %d grain %" PRIu32 " lat %.0f npb %.6f probe",
+           t->exportsize, t->min, t->max, t->fast, t->grain, t->lat_ns,
+           t->ns_per_byte);
+  for (c = 0; c < NCLASSES; c++)
+    if (t->probe_ns[c])
+      fprintf (fp, " %u:%.0f", c, t->probe_ns[c]);
+  fprintf (fp, "\n");
+}
+
+void
+tune_save (void)
+{
+  CLEANUP_FREE char *tmp = NULL;
+  struct tune *t;
+  FILE *fp;
+  bool ok;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&profile.lock);
+
+  if (profile.file == NULL ||
+      asprintf (&tmp, "%s.tmp.%ld", profile.file, (long) getpid ()) == -1 ||
+      (fp = fopen (tmp, "w")) == NULL) {
+    nbdkit_error ("reshape-profile: warning: cannot write %s: %m",
+                  profile.file);
+    return;
+  }
+  fprintf (fp, "%s\n", PROFILE_HEADER);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&all.lock);
+    for (t = all.list; t; t = t->next) {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+      if (t->state == KNOWN && t->measured)
+        write_entry (fp, t);
+    }
+  }
+  ok = fflush (fp) == 0 && fsync (fileno (fp)) == 0;
+  if (fclose (fp) != 0 || !ok || rename (tmp, profile.file) == -1) {
+    nbdkit_error ("reshape-profile: warning: cannot write %s: %m",
+                  profile.file);
+    unlink (tmp);
+  }
+}
+
+/* Decode HEXNAME ("-": the empty name) into name (len bytes). */
+static bool
+unhex (const char *hex, char *name, size_t len)
+{
+  size_t i, n = strlen (hex);
+
+  if (strcmp (hex, "-") == 0) {
+    *name = '\0';
+    return true;
+  }
+  if (n % 2 || n / 2 >= len)
+    return false;
+  for (i = 0; i < n / 2; i++) {
+    unsigned v;
+    if (sscanf (hex + 2 * i, "%2x", &v) != 1 || v == 0 ||
+        !strchr ("0123456789abcdef", hex[2 * i]) ||
+        !strchr ("0123456789abcdef", hex[2 * i + 1]))
+      return false;
+    name[i] = v;
+  }
+  name[i] = '\0';
+  return true;
+}
+
+/* One export line into t (not yet shared); false if it is not one. */
+static bool
+parse_entry (char *line, char *name, size_t len, struct tune *t)
+{
+  char hex[2 * 4096 + 2], *p;
+  int fast, used;
+
+  if (sscanf (line, "export %8193s exportsize %" SCNu64 " min %" SCNu32
+              " max %" SCNu32 " fast %d grain %" SCNu32 " lat %lf npb %lf"
+              " probe%n", hex, &t->exportsize, &t->min, &t->max, &fast,
+              &t->grain, &t->lat_ns, &t->ns_per_byte, &used) != 8 ||
+      !unhex (hex, name, len) || t->exportsize == 0 ||
+      !is_power_of_2 (t->min) || t->min > 64 * 1024 || t->max < t->min ||
+      (fast != 0 && fast != 1) ||
+      (!fast && (!is_power_of_2 (t->grain) || t->grain < 4096 ||
+                 t->grain > PROBE_MAX)) ||
+      !(t->lat_ns >= 0 && t->lat_ns < 1e11) ||
+      !(t->ns_per_byte >= 0 && t->ns_per_byte < 1e6))
+    return false;
+  t->fast = fast;
+  for (p = line + used; *p && *p != '\n'; ) {
+    unsigned c;
+    double ns;
+    int n;
+    if (sscanf (p, " %u:%lf%n", &c, &ns, &n) != 2 || c >= NCLASSES ||
+        !(ns > 0 && ns < 1e11))
+      return false;
+    t->probe_ns[c] = ns;
+    p += n;
+  }
+  return t->fast || t->probe_ns[class_of (t->grain)] > 0;
+}
+
+/* Read the whole file; false (nothing taken) if any line is wrong. */
+static bool
+load (FILE *fp, const char *file)
+{
+  struct entry { char name[4097]; struct tune t; } *e = NULL;
+  CLEANUP_FREE char *line = NULL;
+  size_t cap = 0, n = 0, i;
+  unsigned lineno = 1;
+  ssize_t r;
+
+  if ((r = getline (&line, &cap, fp)) == -1)
+    return true;                        /* empty: nothing learnt yet */
+  if (strcmp (line, PROFILE_HEADER "\n") != 0) {
+    nbdkit_error ("reshape-profile: warning: %s is not a profile of this "
+                  "filter; ignored", file);
+    return false;
+  }
+  while ((r = getline (&line, &cap, fp)) != -1) {
+    struct entry *ne = realloc (e, (n + 1) * sizeof *e);
+    lineno++;
+    if (ne == NULL) {
+      free (e);
+      return false;
+    }
+    e = ne;
+    memset (&e[n], 0, sizeof e[n]);
+    if (!parse_entry (line, e[n].name, sizeof e[n].name, &e[n].t)) {
+      nbdkit_error ("reshape-profile: warning: %s line %u is corrupt; "
+                    "the profile is ignored", file, lineno);
+      free (e);
+      return false;
+    }
+    n++;
+  }
+  for (i = 0; i < n; i++) {
+    struct tune *t = tune_get (e[i].name);
+    if (t == NULL)
+      break;
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+    t->exportsize = e[i].t.exportsize;
+    t->min = e[i].t.min;
+    t->max = e[i].t.max;
+    t->fast = e[i].t.fast;
+    t->grain = e[i].t.grain;
+    t->lat_ns = e[i].t.lat_ns;
+    t->ns_per_byte = e[i].t.ns_per_byte;
+    memcpy (t->probe_ns, e[i].t.probe_ns, sizeof t->probe_ns);
+    t->measured = t->from_profile = true;
+    t->state = KNOWN;
+    choose_sizes (t);
+  }
+  free (e);
+  return true;
+}
+
+int
+tune_load (const char *file)
+{
+  FILE *fp;
+
+  profile.file = file;
+  fp = fopen (file, "r");
+  if (fp == NULL) {
+    if (errno == ENOENT)
+      return 0;                         /* made at the first probe */
+    nbdkit_error ("reshape-profile: %s: %m", file);
+    return -1;
+  }
+  load (fp, file);
+  fclose (fp);
+  return 0;
+}

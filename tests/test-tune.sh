@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# reshape-size=auto (the default) learns each plugin's shape at the
+# first connection, and sizes follow from it (model plugin,
+# bench/model-plugin.c; no timing is asserted beyond contrasts of 4x
+# and more):
+#   - 2M compressed clusters with a large decode cost: clients are told
+#     2M, a 2M read is never cut, and a client that ignores the hint
+#     and streams 256K reads with 64 in flight gets each cluster
+#     fetched once;
+#   - a plugin without latency: told 64K, requests not cut;
+#   - 1 ms of latency at 400 MB/s per request: 32M reads are cut (the
+#     model and then the measurement say so);
+#   - reshape-profile=FILE: the second run starts from what the first
+#     learnt, without probing; a corrupt or foreign profile is ignored
+#     with a warning.
+# Every byte read is checked.
+source "$srcdir/functions.sh"
+requires /usr/bin/python3 -c 'import nbd'
+requires nbdinfo --version
+requires qemu-img --version
+test -f "$MODEL" || { echo "model plugin not built"; exit 77; }
+
+clusters="size=64M latency=100us cluster=2M decode=20ms decoders=2"
+
+# preferred PLUGIN-ARGS...: the preferred block size a client is told.
+preferred ()
+{
+  nbdkit -U - --filter="$FILTER" "$@" --run 'nbdinfo --json "$uri"' |
+    /usr/bin/python3 -c 'import json, sys
+print(json.load(sys.stdin)["exports"][0]["block_size_preferred"])'
+}
+
+p=$(preferred "$MODEL" $clusters)
+echo "2M clusters: told $p"
+test "$p" = 2097152 || fail "2M clusters: told $p, want 2097152"
+
+# A stream of 256K reads, 64 in flight, ignoring the hint: each cluster
+# is fetched once.  The data is what was written before.
+cat > "$tmp/stream.py" <<'EOF'
+import nbd, os, sys
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+size = h.get_size()
+want = os.urandom(size)
+for off in range(0, size, 1 << 20):
+    h.pwrite(want[off:off + (1 << 20)], off)
+h.flush()
+got = bytearray(size)
+bufs, offs = [], []
+for off in range(0, size, 262144):
+    b = nbd.Buffer(262144)
+    h.aio_pread(b, off)
+    bufs.append(b)
+    offs.append(off)
+    while h.aio_in_flight() >= 64:
+        h.poll(-1)
+while h.aio_in_flight() > 0:
+    h.poll(-1)
+for b, off in zip(bufs, offs):
+    got[off:off + 262144] = b.to_bytearray()
+assert got == want, "a streamed read returned wrong data"
+print("streamed %d bytes in 256K reads, all checked" % size)
+EOF
+nbdkit -U - --filter="$FILTER" "$MODEL" $clusters calls="$tmp/calls" \
+  reshape-stats="$tmp/stats" \
+  --run "/usr/bin/python3 $tmp/stream.py \$uri"
+reads=$(awk '$1 == "reads" {print $2}' "$tmp/calls")
+grains=$(awk '/^grains fetched/ {print $NF}' "$tmp/stats")
+echo "2M clusters, 256K stream: $reads plugin reads, $grains grains"
+grep -A3 'reshape-size=auto' "$tmp/stats"
+# 32 clusters; the probe reads a few more.
+test "$reads" -le 48 ||
+  fail "the 256K stream was not fetched a cluster at a time ($reads reads)"
+
+# qemu-img convert reads 2M at a time: never cut.
+qemu-img create -q -f raw "$tmp/src.img" 64M
+/usr/bin/python3 -c 'import os, sys
+open(sys.argv[1], "r+b").write(os.urandom(64 << 20))' "$tmp/src.img"
+nbdkit -U - --filter="$FILTER" "$MODEL" $clusters calls="$tmp/calls" \
+  --run "qemu-img convert -n -f raw -O raw $tmp/src.img \"\$uri\" &&
+         qemu-img convert -f raw -O raw \"\$uri\" $tmp/out.img"
+cmp "$tmp/src.img" "$tmp/out.img" || fail "qemu-img convert: data differs"
+reads=$(awk '$1 == "reads" {print $2}' "$tmp/calls")
+echo "2M clusters, qemu-img convert: $reads plugin reads"
+test "$reads" -le 48 || fail "2M reads were cut ($reads plugin reads)"
+
+# No latency: told 64K, and a 1M read reaches the plugin whole.
+p=$(preferred memory 64M)
+test "$p" = 65536 || fail "memory: told $p, want 65536"
+nbdkit -U - --filter="$FILTER" --filter=stats memory 64M \
+  statsfile="$tmp/pstats" statsappend=false \
+  --run 'nbdsh -u "$uri" -c "h.pread(1 << 20, 0)"'
+grep -q 'read: 3 ops' "$tmp/pstats" ||
+  { cat "$tmp/pstats"; fail "memory: a 1M read was cut (want 1 read + the probe's 2)"; }
+
+# 1 ms + 400 MB/s: 32M reads are cut, whole they would take 4x as long.
+nbdkit -U - --filter="$FILTER" "$MODEL" size=512M latency=1ms \
+  bandwidth=400M reshape-stats="$tmp/stats" \
+  --run 'qemu-img bench -f raw -c 24 -d 1 -s 32M -S 32M "$uri" >/dev/null'
+grep -E 'reshape-size=auto|reads of 32768K' "$tmp/stats"
+grep -q 'reads of 32768K+: cut' "$tmp/stats" ||
+  fail "1 ms plugin: 32M reads were not cut"
+
+# reshape-profile: learnt once, told at once the next time.
+prof="$tmp/profile"
+p1=$(preferred "$MODEL" $clusters reshape-profile="$prof")
+head -1 "$prof" | grep -q '^nbdkit-reshape-filter profile 1$' ||
+  fail "no profile written: $(cat "$prof")"
+nbdkit -U - --filter="$FILTER" "$MODEL" $clusters calls="$tmp/calls" \
+  reshape-profile="$prof" \
+  --run 'nbdsh -u "$uri" -c "print(h.get_block_size(nbd.SIZE_PREFERRED))"'
+reads=$(awk '$1 == "reads" {print $2}' "$tmp/calls")
+test "$reads" = 0 || fail "the profile was not used: the plugin was probed"
+echo "profile used: told $p1, no probe"
+# Corrupt: ignored with a warning, and the plugin probed.
+sed -i 's/grain [0-9]*/grain banana/' "$prof"
+nbdkit -U - --filter="$FILTER" "$MODEL" $clusters reshape-profile="$prof" \
+  --run 'nbdinfo "$uri" >/dev/null' 2> "$tmp/err"
+grep -q 'reshape-profile: warning: .* line 2 is corrupt' "$tmp/err" ||
+  fail "corrupt profile: $(cat "$tmp/err")"
+grep -q 'grain 2097152' "$prof" || fail "the profile was not rewritten"
+# Foreign: another export size.
+p=$(preferred "$MODEL" size=32M latency=100us cluster=2M decode=20ms \
+    decoders=2 reshape-profile="$prof" 2> "$tmp/err")
+grep -q 'not what the profile was made on' "$tmp/err" ||
+  fail "foreign profile: $(cat "$tmp/err")"
+test "$p" = 2097152 || fail "after a foreign profile: told $p"
+echo "ok: corrupt and foreign profiles ignored with a warning"
