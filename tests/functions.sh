@@ -1,7 +1,4 @@
 # Shared by the tests.  Sourced with "source $srcdir/functions.sh".
-# nbdsh and libnbd's Python module live in /usr/bin/python3: keep
-# /usr/bin first so a python3 from elsewhere does not hide them.
-export PATH="/usr/bin:/bin:$PATH"
 set -e
 set -u
 
@@ -17,6 +14,15 @@ requires ()
   fi
 }
 
+# have_filter NAME / have_plugin NAME: whether this nbdkit has it
+# (filters and plugins come and go between versions: cacheextents went
+# in 1.45, and a build from source may lack the nbd plugin).
+have_filter () { nbdkit -U - --filter="$1" null --run true >/dev/null 2>&1; }
+have_plugin () { nbdkit "$1" --dump-plugin >/dev/null 2>&1; }
+
+# without WHAT WHY: say, in the test's log, what is skipped and why.
+without () { echo "$0: skipped: $1 ($2)"; }
+
 # A scratch directory removed at exit, plus extra cleanup hooks.
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/reshape-test.XXXXXX")
 cleanup_hooks=""
@@ -31,6 +37,24 @@ cleanup ()
   exit $status
 }
 trap cleanup EXIT INT TERM
+
+# PATH: first the nbdkit configure chose (NBDKIT, the one matching the
+# headers the filter was built with: no other can load it), alone in a
+# directory of its own; then /usr/bin, where nbdsh and libnbd's Python
+# module live (a python3 from elsewhere must not hide them); then the
+# rest.
+: "${NBDKIT:=nbdkit}"
+mkdir "$tmp/bin"
+ln -s "$(command -v "$NBDKIT" || echo "$NBDKIT")" "$tmp/bin/nbdkit"
+export PATH="$tmp/bin:/usr/bin:/bin:$PATH"
+if [ -n "${NBDKIT_VERSION:-}" ]; then
+  v=$(nbdkit --version 2>/dev/null | awk '{ print $2; exit }') || :
+  [ "$v" = "$NBDKIT_VERSION" ] || {
+    echo "$0: $NBDKIT is nbdkit '$v', the filter was built for" \
+         "$NBDKIT_VERSION (configure --with-nbdkit=PATH)" >&2
+    exit 1
+  }
+fi
 on_exit () { cleanup_hooks="$cleanup_hooks $1"; }
 
 fail () { echo "$0: FAIL: $*" >&2; exit 1; }

@@ -161,6 +161,9 @@ struct shared_walk {
   piece_fn fn;
   unsigned n;                 /* pieces handed out */
   int err;                    /* first error, 0 if none */
+  struct piece failed;        /* the piece that failed first */
+  bool failed_on_helper;      /* ... on a helper thread */
+  pthread_t requester;
   uint64_t busy_ns;           /* time spent in pieces, all threads */
 };
 
@@ -192,8 +195,12 @@ work_on (void *opaque)
                     n, p.offset, p.count, p.partial ? " (partial)" : "");
     if (run_piece (sw->o, &p, sw->fn, &err) == -1) {
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&sw->lock);
-      if (sw->err == 0)
+      if (sw->err == 0) {
         sw->err = err;
+        sw->failed = p;
+        sw->failed_on_helper = !pthread_equal (pthread_self (),
+                                               sw->requester);
+      }
     }
     else if (sw->o->timed && !p.partial)
       tune_record (sw->o->io->tune, sw->o->write ? TUNE_WRITE : TUNE_READ,
@@ -246,6 +253,22 @@ worth_helpers (const struct op *o)
   return ns == 0 || ns >= PLUGIN_SLOW_NS;
 }
 
+/* Since nbdkit 1.42 the last error a request's own thread raised goes
+ * to the client with the failure, and errors are per thread: what the
+ * plugin said on a helper thread would be lost.  The requester says
+ * which piece failed and how (the plugin's own words are in the log).
+ */
+static void
+report_helper_error (const struct shared_walk *sw)
+{
+#if NBDKIT_VERSION_MAJOR > 1 || NBDKIT_VERSION_MINOR >= 42
+  if (sw->failed_on_helper)
+    nbdkit_error ("reshape: the plugin failed a piece of this request "
+                  "(%" PRIu32 " bytes at %" PRIu64 "): %s",
+                  sw->failed.count, sw->failed.offset, strerror (sw->err));
+#endif
+}
+
 /* Walk [offset, offset+count) and run fn on every piece, in parallel
  * when allowed.  A failed piece fails the request (no new pieces are
  * started); this returns only when every piece started has finished.
@@ -255,7 +278,8 @@ run_pieces (const struct op *o, uint64_t offset, uint64_t count,
             uint32_t step, piece_fn fn, int *err)
 {
   struct shared_walk sw = { .lock = PTHREAD_MUTEX_INITIALIZER,
-                            .o = o, .fn = fn };
+                            .o = o, .fn = fn,
+                            .requester = pthread_self () };
   unsigned helpers;
 
   walk_init (&sw.w, o->io->geo, offset, count, step);
@@ -277,6 +301,7 @@ run_pieces (const struct op *o, uint64_t offset, uint64_t count,
                       __ATOMIC_RELAXED);
   }
   if (sw.err) {
+    report_helper_error (&sw);
     *err = sw.err;
     return -1;
   }
