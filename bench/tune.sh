@@ -77,12 +77,12 @@ setup_params () { case $1 in none|default) ;; *) echo "reshape-size=$1" ;; esac;
 small_size ()
 {
   case $1 in
-    lat1)     echo 64M ;;
-    objstore) echo 32M ;;
-    clu64k)   echo 32M ;;
-    clu2m)    echo 4M ;;
+    lat1)     echo 256M ;;
+    objstore) echo 64M ;;
+    clu64k)   echo 64M ;;
+    clu2m)    echo 16M ;;
     zero)     echo 256M ;;
-    serial)   echo 16M ;;
+    serial)   echo 64M ;;
   esac
 }
 

@@ -16,24 +16,26 @@
  *   - otherwise the cost stays flat while the size grows, up to the
  *     grain G (a per-call cost: latency, or a cluster decoded whole),
  *     then grows; one more read halfway finds the knee, and the line
- *     from G to a read 4 times past the knee gives the bandwidth B of
- *     one stream and the per-call cost L that remains (L + s/B for
- *     s > G; 0 for clusters).  A read that looks like the knee is read
- *     again, the faster counting, so a busy machine's one slow read is
- *     not taken for it.
+ *     from G past the knee gives the bandwidth B of one stream and the
+ *     per-call cost L that remains (L + s/B for s > G; 0 for
+ *     clusters).  A read that only just looks like the knee is read
+ *     again, the faster counting, so that a busy machine's one slow
+ *     read is not taken for it.
  *
- * That costs about a dozen reads (0.4 s for a plugin answering in
- * 20 ms with 100 MB/s).  From it:
+ * That costs about ten reads, most of them small (0.25 s for a plugin
+ * answering in 20 ms with 100 MB/s, 10 ms at 1 ms and 400 MB/s).
+ * From it:
  *
  *   - grain G: no request is cut into pieces smaller than G (each
  *     piece would cost a whole grain), and small sequential reads are
  *     fetched as the aligned G block that holds them (it costs no more
  *     than the small read);
  *   - preferred P, told to clients and used as the unit of staging and
- *     readahead: where a call's fixed cost equals its transfer time,
- *     the power of 2 nearest L B, at least G, at most 8M (clients size
- *     their buffers by it; nbdcopy keeps 64 requests in flight, so
- *     beyond L B its pipeline, not the plugin, pays).  A plugin
+ *     readahead: the power of 2 nearest L B / 2, where a call's
+ *     transfer takes half its fixed cost, at least G, at most 8M
+ *     (clients size their buffers by it and keep many requests in
+ *     flight, which overlap the latency: beyond that, larger requests
+ *     only cost buffers and caches).  A plugin
  *     without latency is told 64K: below that, the server's and the
  *     client's cost per request dominates whatever the plugin does.
  *
@@ -265,16 +267,18 @@ choose_sizes (struct tune *t)
               FAST_PREFERRED / 1024);
     return;
   }
-  /* Where a call's fixed cost equals its transfer time, s = L B: with
-   * the requests a client keeps in flight, larger requests gain little
-   * and cost the client buffers and the pipeline its depth (measured:
-   * nbdcopy over 1 ms + 400 MB/s is fastest at 256K-1M, L B = 400K).
-   * The power of 2 nearest L B, at least G, at most PREFERRED_CAP.
+  /* Where a call's transfer takes half its fixed cost, s = L B / 2:
+   * clients keep many requests in flight, nbdkit's threads overlap
+   * the latency, and beyond that larger requests only cost the client
+   * buffers and the caches (measured with nbdcopy: over 20 ms +
+   * 100 MB/s, fastest at 1M, L B = 2M; over 1 ms + 400 MB/s, at
+   * 256K-512K, L B = 400K).  The power of 2 nearest, at least G, at
+   * most PREFERRED_CAP.
    */
   p = t->grain;
   if (t->ns_per_byte > 0) {
-    const double lb = t->lat_ns / t->ns_per_byte;
-    while (p < PREFERRED_CAP && p * 1.41421356 < lb)
+    const double half_lb = t->lat_ns / t->ns_per_byte / 2;
+    while (p < PREFERRED_CAP && p * 1.41421356 < half_lb)
       p *= 2;
   }
   else
@@ -290,10 +294,10 @@ choose_sizes (struct tune *t)
             t->ns_per_byte > 0 ? 1e3 / t->ns_per_byte : 0.0, p / 1024);
 }
 
-/* The probe's time for a read of s bytes that looks like it costs more
- * than flat: such a read is read again and the faster counts, so that
- * one read slowed by something else (a busy machine) is not taken for
- * the knee.  -1 on error.
+/* A probe read of s bytes.  One that costs more than flat, but not
+ * clearly so (less than twice flat plus a millisecond), is read again
+ * and the faster counts: a read slowed by something else (a busy
+ * machine) must not be taken for the knee.  -1 on error.
  */
 static double
 time_step (nbdkit_next *next, const struct geometry *geo, char *buf,
@@ -301,23 +305,42 @@ time_step (nbdkit_next *next, const struct geometry *geo, char *buf,
 {
   double ts = time_read (next, geo, buf, s, (*i)++);
 
-  if (ts > KNEE * flat)
-    ts = time_read2 (next, geo, buf, s, i);
+  if (ts > KNEE * flat && ts < 2 * flat + 1e6) {
+    double again = time_read (next, geo, buf, s, (*i)++);
+    if (again < 0)
+      return -1;
+    if (again < ts)
+      ts = again;
+  }
+  return ts;
+}
+
+/* The time of a probe read of s bytes, read now unless the ladder
+ * already did.  -1 on error.
+ */
+static double
+time_once (struct tune *t, nbdkit_next *next, const struct geometry *geo,
+           char *buf, uint32_t s, unsigned *i)
+{
+  double ts = t->probe_ns[class_of (s)];
+
+  if (ts == 0 && (ts = time_read (next, geo, buf, s, (*i)++)) > 0)
+    t->probe_ns[class_of (s)] = ts;
   return ts;
 }
 
 /* Find the knee: the grain G where the cost starts growing, and the
  * line after it.  Sizes grow by 4; once a size costs more than the
- * flat cost, the size halfway is read too, and the line is drawn from
- * G to a size well past the knee (4 times it, if the export and the
- * plugin's maximum allow), which the noise of one read barely tilts.
+ * flat cost, the size halfway is read too.  The line is drawn from G
+ * to the knee, or to twice the knee where the knee costs less than
+ * twice G (too short a rise for one read's noise).
  */
 static void
 probe_shape (struct tune *t, nbdkit_next *next, const struct geometry *geo,
              char *buf, uint32_t base, uint32_t limit, unsigned i)
 {
   const double flat = t->probe_ns[class_of (base)];
-  uint64_t s, knee = 0, far;
+  uint64_t s, knee = 0;
   double tk = 0, tg;
 
   t->grain = base;
@@ -333,33 +356,33 @@ probe_shape (struct tune *t, nbdkit_next *next, const struct geometry *geo,
     knee = s;
     tk = ts;
     if (s / 2 > t->grain) {
-      double th = time_step (next, geo, buf, s / 2, flat, &i);
+      double th = time_read (next, geo, buf, s / 2, i++);
       if (th < 0)
         return;
       t->probe_ns[class_of (s / 2)] = th;
       if (th <= KNEE * flat)
         t->grain = s / 2;
+      else {
+        knee = s / 2;
+        tk = th;
+      }
     }
     break;
   }
   tg = t->probe_ns[class_of (t->grain)];
-  if (knee) {
-    far = min_u64 (knee * 4, limit);
-    if (far > knee) {
-      double tf = time_read2 (next, geo, buf, far, &i);
-      if (tf < 0)
-        return;
-      t->probe_ns[class_of (far)] = tf;
-      knee = far;
-      tk = tf;
-    }
-    if (tk > tg) {
-      const double npb = (tk - tg) / (knee - t->grain);
-      const double l = tg - t->grain * npb;
+  if (knee && tk < 2 * tg && knee * 2 <= limit) {
+    double tf = time_once (t, next, geo, buf, knee * 2, &i);
+    if (tf < 0)
+      return;
+    knee *= 2;
+    tk = tf;
+  }
+  if (knee && tk > tg) {
+    const double npb = (tk - tg) / (knee - t->grain);
+    const double l = tg - t->grain * npb;
 
-      t->ns_per_byte = npb;
-      t->lat_ns = l > 0 ? l : 0;      /* clusters: all cost is per byte */
-    }
+    t->ns_per_byte = npb;
+    t->lat_ns = l > 0 ? l : 0;        /* clusters: all cost is per byte */
   }
   t->measured = true;
 }
