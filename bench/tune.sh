@@ -64,7 +64,7 @@ requests ()
     objstore)    echo 200 ;;
     clu64k)      echo 2000 ;;
     clu2m)       echo 120 ;;
-    zero)        echo 50000 ;;
+    zero)        echo 20000 ;;
   esac
 }
 

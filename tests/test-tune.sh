@@ -126,3 +126,12 @@ grep -q 'not what the profile was made on' "$tmp/err" ||
   fail "foreign profile: $(cat "$tmp/err")"
 test "$p" = 2097152 || fail "after a foreign profile: told $p"
 echo "ok: corrupt and foreign profiles ignored with a warning"
+# Not a profile at all (a mistyped name): ignored, and left untouched.
+echo "precious data" > "$tmp/notaprofile"
+p=$(preferred "$MODEL" $clusters reshape-profile="$tmp/notaprofile" \
+    2> "$tmp/err")
+grep -q 'is not a profile of this filter' "$tmp/err" ||
+  fail "foreign file: $(cat "$tmp/err")"
+test "$(cat "$tmp/notaprofile")" = "precious data" ||
+  fail "a file that is not a profile was overwritten"
+echo "ok: a file that is not a profile is left as it was"

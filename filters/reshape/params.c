@@ -118,8 +118,9 @@ check_writable (const char *key, const char *file)
   CLEANUP_FREE char *probe = NULL;
   FILE *fp;
 
-  if (asprintf (&probe, "%s.check.%ld", file, (long) getpid ()) == -1 ||
-      (fp = fopen (probe, "w")) == NULL) {
+  if (asprintf (&probe, "%s.check.%ld", file, (long) getpid ()) == -1)
+    probe = NULL;               /* undefined after a failure */
+  if (probe == NULL || (fp = fopen (probe, "w")) == NULL) {
     nbdkit_error ("%s: cannot write '%s': %m", key, file);
     return -1;
   }

@@ -161,7 +161,7 @@ fill (struct cache *cache, const struct io *io, const struct down *down,
   if (data == NULL)                  /* no memory to spare: read directly */
     return down->pread (down->opaque, buf, count, offset, err);
   cache_fill_begin (cache, &f, lo, hi);
-  r = split_pread (io, data, len, lo, err);
+  r = split_pread_as (io, data, len, lo, true, err);
   if (r == 0) {
     memcpy (buf, data + (offset - lo), count);
     stats_add (C_RA_FILLED, len);

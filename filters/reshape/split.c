@@ -64,6 +64,7 @@ struct op {
   uint32_t flags;             /* flags for each piece */
   bool write;                 /* pieces take block-range locks */
   bool timed;                 /* data pieces: tell tune.c their cost */
+  bool own;                   /* the filter's own read, no client's */
 };
 
 typedef int (*piece_fn) (const struct op *o, const struct piece *p,
@@ -375,6 +376,11 @@ data_step (struct op *o, uint64_t count, struct tune_choice *c)
   if (reshape_cfg.size || o->io->tune == NULL)
     return o->io->geo->size;
   o->timed = true;
+  if (o->own) {
+    const uint64_t cut = tune_cut_model (o->io->tune, count,
+                                         o->io->geo->max);
+    return cut < count ? cut : UINT32_MAX;
+  }
   step = tune_cut_begin (o->io->tune, o->write ? TUNE_WRITE : TUNE_READ,
                          count, o->io->geo->max, c);
   return step < count ? step : UINT32_MAX;    /* whole: up to the max */
@@ -394,7 +400,14 @@ int
 split_pread (const struct io *io, void *buf, uint32_t count,
              uint64_t offset, int *err)
 {
-  struct op o = { .io = io, .offset = offset, .rbuf = buf };
+  return split_pread_as (io, buf, count, offset, false, err);
+}
+
+int
+split_pread_as (const struct io *io, void *buf, uint32_t count,
+                uint64_t offset, bool own, int *err)
+{
+  struct op o = { .io = io, .offset = offset, .rbuf = buf, .own = own };
   struct tune_choice c;
   uint32_t step = data_step (&o, count, &c);
 

@@ -37,6 +37,11 @@ struct io {
 /* Each returns 0, or -1 with *err set. */
 extern int split_pread (const struct io *io, void *buf, uint32_t count,
                         uint64_t offset, int *err);
+/* own: a read the filter makes itself (a readahead window, a grain):
+ * with reshape-size=auto cut where the model says, no exploring.
+ */
+extern int split_pread_as (const struct io *io, void *buf, uint32_t count,
+                           uint64_t offset, bool own, int *err);
 extern int split_pwrite (const struct io *io, const void *buf,
                          uint32_t count, uint64_t offset, uint32_t flags,
                          int *err);

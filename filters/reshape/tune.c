@@ -15,14 +15,13 @@
  *     amortize (memory, the page cache); nothing more to learn;
  *   - otherwise the cost stays flat while the size grows, up to the
  *     grain G (a per-call cost: latency, or a cluster decoded whole),
- *     then grows; one more read halfway finds the knee, and the line
- *     from G past the knee gives the bandwidth B of one stream and the
- *     per-call cost L that remains (L + s/B for s > G; 0 for
- *     clusters).  A read that only just looks like the knee is read
+ *     then grows; one more read halfway finds the knee.  The smallest
+ *     read's time is the per-call cost L, and the knee's time beyond
+ *     it gives the bandwidth B of one stream (L + s/B for s > G).  A read that only just looks like the knee is read
  *     again, the faster counting, so that a busy machine's one slow
  *     read is not taken for it.
  *
- * That costs about ten reads, most of them small (0.25 s for a plugin
+ * That costs about eight reads, most of them small (0.2 s for a plugin
  * answering in 20 ms with 100 MB/s, 10 ms at 1 ms and 400 MB/s).
  * From it:
  *
@@ -294,19 +293,26 @@ choose_sizes (struct tune *t)
             t->ns_per_byte > 0 ? 1e3 / t->ns_per_byte : 0.0, p / 1024);
 }
 
-/* A probe read of s bytes.  One that costs more than flat, but not
- * clearly so (less than twice flat plus a millisecond), is read again
- * and the faster counts: a read slowed by something else (a busy
- * machine) must not be taken for the knee.  -1 on error.
+/* A probe read of s bytes.  One that costs more than flat by less
+ * than NOISE_NS is read again, at the same place, and the faster
+ * counts: a read slowed by something else (a busy machine, first
+ * touches of memory) must not be taken for the knee.  A cache that
+ * kept the first read can only make the repeat look flat, which errs
+ * towards not cutting, the safe side.  A plugin's real rise past its
+ * knee is usually larger (half its latency, at least) and is then not
+ * read twice.  -1 on error.
  */
+#define NOISE_NS (10 * 1000 * 1000)
+
 static double
 time_step (nbdkit_next *next, const struct geometry *geo, char *buf,
            uint32_t s, double flat, unsigned *i)
 {
-  double ts = time_read (next, geo, buf, s, (*i)++);
+  const unsigned at = (*i)++;
+  double ts = time_read (next, geo, buf, s, at);
 
-  if (ts > KNEE * flat && ts < 2 * flat + 1e6) {
-    double again = time_read (next, geo, buf, s, (*i)++);
+  if (ts > KNEE * flat && ts - flat < NOISE_NS) {
+    double again = time_read (next, geo, buf, s, at);
     if (again < 0)
       return -1;
     if (again < ts)
@@ -315,33 +321,20 @@ time_step (nbdkit_next *next, const struct geometry *geo, char *buf,
   return ts;
 }
 
-/* The time of a probe read of s bytes, read now unless the ladder
- * already did.  -1 on error.
- */
-static double
-time_once (struct tune *t, nbdkit_next *next, const struct geometry *geo,
-           char *buf, uint32_t s, unsigned *i)
-{
-  double ts = t->probe_ns[class_of (s)];
-
-  if (ts == 0 && (ts = time_read (next, geo, buf, s, (*i)++)) > 0)
-    t->probe_ns[class_of (s)] = ts;
-  return ts;
-}
-
 /* Find the knee: the grain G where the cost starts growing, and the
- * line after it.  Sizes grow by 4; once a size costs more than the
- * flat cost, the size halfway is read too.  The line is drawn from G
- * to the knee, or to twice the knee where the knee costs less than
- * twice G (too short a rise for one read's noise).
+ * cost beyond it.  Sizes grow by 4; once a size costs more than the
+ * flat cost, the size halfway is read too.
  */
 static void
 probe_shape (struct tune *t, nbdkit_next *next, const struct geometry *geo,
              char *buf, uint32_t base, uint32_t limit, unsigned i)
 {
-  const double flat = t->probe_ns[class_of (base)];
+  /* The flat cost: the fastest read of the flat part (the first
+   * reads of a process may pay for its warming up).
+   */
+  double flat = t->probe_ns[class_of (base)];
   uint64_t s, knee = 0;
-  double tk = 0, tg;
+  double tk = 0;
 
   t->grain = base;
   for (s = base * 4; s <= limit; s *= 4) {
@@ -351,38 +344,36 @@ probe_shape (struct tune *t, nbdkit_next *next, const struct geometry *geo,
     t->probe_ns[class_of (s)] = ts;
     if (ts <= KNEE * flat) {
       t->grain = s;
+      flat = ts < flat ? ts : flat;
       continue;
     }
+    /* The bandwidth comes from this read, the largest; the halfway
+     * read only places the grain (and costs no more than this one:
+     * more is noise).
+     */
     knee = s;
     tk = ts;
     if (s / 2 > t->grain) {
-      double th = time_read (next, geo, buf, s / 2, i++);
+      double th = time_step (next, geo, buf, s / 2, flat, &i);
       if (th < 0)
         return;
+      th = th < ts ? th : ts;
       t->probe_ns[class_of (s / 2)] = th;
       if (th <= KNEE * flat)
         t->grain = s / 2;
-      else {
-        knee = s / 2;
-        tk = th;
-      }
     }
     break;
   }
-  tg = t->probe_ns[class_of (t->grain)];
-  if (knee && tk < 2 * tg && knee * 2 <= limit) {
-    double tf = time_once (t, next, geo, buf, knee * 2, &i);
-    if (tf < 0)
-      return;
-    knee *= 2;
-    tk = tf;
-  }
-  if (knee && tk > tg) {
-    const double npb = (tk - tg) / (knee - t->grain);
-    const double l = tg - t->grain * npb;
-
-    t->ns_per_byte = npb;
-    t->lat_ns = l > 0 ? l : 0;        /* clusters: all cost is per byte */
+  /* The smallest read is all per-call cost: L is its time, and the
+   * knee's time beyond L is its transfer, s / B.  (A line through the
+   * two reads either side of the knee tilts with a millisecond of
+   * noise; this uses the widest span the probe has, and no read past
+   * the knee, the probe's most costly.)  For clusters, L is one
+   * cluster's cost and s / B what the others add.
+   */
+  if (knee && tk > flat) {
+    t->lat_ns = flat;
+    t->ns_per_byte = (tk - flat) / knee;
   }
   t->measured = true;
 }
@@ -440,8 +431,14 @@ tune_probe (struct tune *t, nbdkit_next *next, const struct geometry *geo)
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
     while (t->state == PROBING)
       pthread_cond_wait (&t->known, &t->lock);
-    if (t->state == KNOWN && (!t->from_profile || profile_fits (t, geo)))
+    /* A profile is checked against the first connection's geometry
+     * only: once a connection uses what it says, nothing may change
+     * under it (the sizes are read without a lock).
+     */
+    if (t->state == KNOWN && (!t->from_profile || profile_fits (t, geo))) {
+      t->from_profile = false;
       return;
+    }
     t->state = PROBING;
   }
   t->exportsize = geo->exportsize;
@@ -459,10 +456,13 @@ tune_probe (struct tune *t, nbdkit_next *next, const struct geometry *geo)
   }
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
-    t->state = KNOWN;
+    /* A probe that failed (a plugin not ready yet) is tried again by
+     * the next connection; this one keeps the static sizes.
+     */
+    t->state = t->measured ? KNOWN : UNKNOWN;
     pthread_cond_broadcast (&t->known);
   }
-  if (profile.file)
+  if (profile.file && t->measured)
     tune_save ();
 }
 
@@ -508,7 +508,7 @@ best_cut (struct tune *t, uint64_t count, uint32_t max, double *gain)
   uint64_t s, best = count;
   double best_ns = whole;
 
-  for (s = t->grain; s <= count / 2 && s <= max; s *= 2) {
+  for (s = max_u64 (t->grain, 4096); s <= count / 2 && s <= max; s *= 2) {
     uint64_t pieces = (count + s - 1) / s;
     double ns = ((pieces + l - 1) / l) * model_ns (t, s);
     if (ns < best_ns) {
@@ -518,6 +518,18 @@ best_cut (struct tune *t, uint64_t count, uint32_t max, double *gain)
   }
   *gain = whole / best_ns;
   return best;
+}
+
+uint64_t
+tune_cut_model (struct tune *t, uint64_t count, uint32_t max)
+{
+  uint64_t cut;
+  double gain;
+
+  if (!t->measured || t->fast || count < 2 * (uint64_t) t->grain)
+    return min_u64 (count, max);
+  cut = best_cut (t, count, max, &gain);
+  return gain >= FLAT ? cut : min_u64 (count, max);
 }
 
 uint32_t
@@ -551,7 +563,7 @@ tune_cut_begin (struct tune *t, enum tune_dir d, uint64_t count,
   if (explore)
     b->since = 0;
   c->cls = class_of (count);
-  c->cut = b->cut != explore;
+  c->cut = b->cut != explore && cut < count;
   c->count = count;
   c->start_ns = now_ns ();
   if (c->cut)
@@ -689,9 +701,11 @@ tune_save (void)
   bool ok;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&profile.lock);
 
-  if (profile.file == NULL ||
-      asprintf (&tmp, "%s.tmp.%ld", profile.file, (long) getpid ()) == -1 ||
-      (fp = fopen (tmp, "w")) == NULL) {
+  if (profile.file == NULL)
+    return;
+  if (asprintf (&tmp, "%s.tmp.%ld", profile.file, (long) getpid ()) == -1)
+    tmp = NULL;                 /* undefined after a failure */
+  if (tmp == NULL || (fp = fopen (tmp, "w")) == NULL) {
     nbdkit_error ("reshape-profile: warning: cannot write %s: %m",
                   profile.file);
     return;
@@ -742,12 +756,13 @@ static bool
 parse_entry (char *line, char *name, size_t len, struct tune *t)
 {
   char hex[2 * 4096 + 2], *p;
-  int fast, used;
+  int fast, used = -1;          /* %n is not reached if " probe" is missing */
 
   if (sscanf (line, "export %8193s exportsize %" SCNu64 " min %" SCNu32
               " max %" SCNu32 " fast %d grain %" SCNu32 " lat %lf npb %lf"
               " probe%n", hex, &t->exportsize, &t->min, &t->max, &fast,
               &t->grain, &t->lat_ns, &t->ns_per_byte, &used) != 8 ||
+      used < 0 ||
       !unhex (hex, name, len) || t->exportsize == 0 ||
       !is_power_of_2 (t->min) || t->min > 64 * 1024 || t->max < t->min ||
       (fast != 0 && fast != 1) ||
@@ -784,7 +799,9 @@ load (FILE *fp, const char *file)
     return true;                        /* empty: nothing learnt yet */
   if (strcmp (line, PROFILE_HEADER "\n") != 0) {
     nbdkit_error ("reshape-profile: warning: %s is not a profile of this "
-                  "filter; ignored", file);
+                  "filter; ignored, and left as it is (nothing learnt "
+                  "will be kept)", file);
+    profile.file = NULL;
     return false;
   }
   while ((r = getline (&line, &cap, fp)) != -1) {

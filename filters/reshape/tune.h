@@ -76,6 +76,13 @@ extern uint32_t tune_cut_begin (struct tune *t, enum tune_dir d,
 extern void tune_cut_end (struct tune *t, enum tune_dir d,
                           const struct tune_choice *c, bool ok);
 
+/* Where to cut a read the filter makes itself (a readahead window or
+ * a grain fetch): no client chose its size, so the model alone
+ * decides, with no exploration.  Returns the step; count: whole.
+ */
+extern uint64_t tune_cut_model (struct tune *t, uint64_t count,
+                                uint32_t max);
+
 /* The learnt tables and the choices made, with their reasons, of
  * every export (the statistics report).
  */
