@@ -4,9 +4,9 @@
 # bench/model-plugin.c; no timing is asserted beyond contrasts of 4x
 # and more):
 #   - 2M compressed clusters with a large decode cost: clients are told
-#     2M, a 2M read is never cut, and a client that ignores the hint
-#     and streams 256K reads with 64 in flight gets each cluster
-#     fetched once;
+#     2M (4M on a busy machine), a 2M read is never cut, and a
+#     client that ignores the hint and streams 256K reads with 64 in
+#     flight gets each cluster fetched once;
 #   - a plugin without latency: told 64K, requests not cut;
 #   - 1 ms of latency at 400 MB/s per request: 32M reads are cut (the
 #     model and then the measurement say so);
@@ -33,9 +33,27 @@ preferred ()
 print(json.load(sys.stdin)["exports"][0]["block_size_preferred"])'
 }
 
-p=$(preferred "$MODEL" $clusters)
-echo "2M clusters: told $p"
-test "$p" = 2097152 || fail "2M clusters: told $p, want 2097152"
+# told P: the size clients are told for the 2M clusters is 2M, or 4M
+# when a busy machine slowed the reads the flat cost is taken from so
+# much that the 4M read looked flat (the safe side: nothing is cut).
+told ()
+{
+  case "$1" in
+    2097152|4194304) echo "2M clusters: told $1" ;;
+    *) fail "2M clusters: told $1, want 2097152 (or 4194304)" ;;
+  esac
+}
+
+# beyond_probe CALLS STATS: the plugin reads that the probe did not make.
+beyond_probe ()
+{
+  local reads probe
+  reads=$(awk '$1 == "reads" {print $2}' "$1")
+  probe=$(awk '$1 == "probe:" {print $2}' "$2")
+  echo $((reads - ${probe:-0}))
+}
+
+told "$(preferred "$MODEL" $clusters)"
 
 # A stream of 256K reads, 64 in flight, ignoring the hint: each cluster
 # is fetched once.  The data is what was written before.
@@ -67,12 +85,13 @@ EOF
 nbdkit -U - --filter="$FILTER" "$MODEL" $clusters calls="$tmp/calls" \
   reshape-stats="$tmp/stats" \
   --run "/usr/bin/python3 $tmp/stream.py \$uri"
-reads=$(awk '$1 == "reads" {print $2}' "$tmp/calls")
+reads=$(beyond_probe "$tmp/calls" "$tmp/stats")
 grains=$(awk '/^grains fetched/ {print $NF}' "$tmp/stats")
 echo "2M clusters, 256K stream: $reads plugin reads, $grains grains"
-grep -A3 'reshape-size=auto' "$tmp/stats"
-# 32 clusters; the probe reads a few more.
-test "$reads" -le 48 ||
+grep -A4 'reshape-size=auto' "$tmp/stats"
+# 32 clusters (a few fetched twice, where the stream starts and reads
+# race the first fetches); 256 reads if nothing was coalesced.
+test "$reads" -le 40 ||
   fail "the 256K stream was not fetched a cluster at a time ($reads reads)"
 
 # qemu-img convert reads 2M at a time: never cut.
@@ -80,21 +99,24 @@ qemu-img create -q -f raw "$tmp/src.img" 64M
 /usr/bin/python3 -c 'import os, sys
 open(sys.argv[1], "r+b").write(os.urandom(64 << 20))' "$tmp/src.img"
 nbdkit -U - --filter="$FILTER" "$MODEL" $clusters calls="$tmp/calls" \
+  reshape-stats="$tmp/stats" \
   --run "qemu-img convert -n -f raw -O raw $tmp/src.img \"\$uri\" &&
          qemu-img convert -f raw -O raw \"\$uri\" $tmp/out.img"
 cmp "$tmp/src.img" "$tmp/out.img" || fail "qemu-img convert: data differs"
-reads=$(awk '$1 == "reads" {print $2}' "$tmp/calls")
+reads=$(beyond_probe "$tmp/calls" "$tmp/stats")
 echo "2M clusters, qemu-img convert: $reads plugin reads"
-test "$reads" -le 48 || fail "2M reads were cut ($reads plugin reads)"
+# 32 reads of 2M (16 grains, if 4M was told).
+test "$reads" -le 32 || fail "2M reads were cut ($reads plugin reads)"
 
 # No latency: told 64K, and a 1M read reaches the plugin whole.
 p=$(preferred memory 64M)
 test "$p" = 65536 || fail "memory: told $p, want 65536"
 nbdkit -U - --filter="$FILTER" --filter=stats memory 64M \
-  statsfile="$tmp/pstats" statsappend=false \
+  statsfile="$tmp/pstats" statsappend=false reshape-stats="$tmp/stats" \
   --run 'nbdsh -u "$uri" -c "h.pread(1 << 20, 0)"'
-grep -q 'read: 3 ops' "$tmp/pstats" ||
-  { cat "$tmp/pstats"; fail "memory: a 1M read was cut (want 1 read + the probe's 2)"; }
+probe=$(awk '$1 == "probe:" {print $2}' "$tmp/stats")
+grep -q "read: $((probe + 1)) ops" "$tmp/pstats" ||
+  { cat "$tmp/pstats"; fail "memory: a 1M read was cut (want 1 read + the probe's $probe)"; }
 
 # 1 ms + 400 MB/s: 32M reads are cut, whole they would take 4x as long.
 nbdkit -U - --filter="$FILTER" "$MODEL" size=512M latency=1ms \
@@ -121,13 +143,14 @@ nbdkit -U - --filter="$FILTER" "$MODEL" $clusters reshape-profile="$prof" \
   --run 'nbdinfo "$uri" >/dev/null' 2> "$tmp/err"
 grep -q 'reshape-profile: warning: .* line 2 is corrupt' "$tmp/err" ||
   fail "corrupt profile: $(cat "$tmp/err")"
-grep -q 'grain 2097152' "$prof" || fail "the profile was not rewritten"
+grep -Eq 'grain (2097152|4194304)' "$prof" ||
+  fail "the profile was not rewritten"
 # Foreign: another export size.
 p=$(preferred "$MODEL" size=32M latency=100us cluster=2M decode=20ms \
     decoders=1 reshape-profile="$prof" 2> "$tmp/err")
 grep -q 'not what the profile was made on' "$tmp/err" ||
   fail "foreign profile: $(cat "$tmp/err")"
-test "$p" = 2097152 || fail "after a foreign profile: told $p"
+told "$p"
 echo "ok: corrupt and foreign profiles ignored with a warning"
 # Not a profile at all (a mistyped name): ignored, and left untouched.
 echo "precious data" > "$tmp/notaprofile"

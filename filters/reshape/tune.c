@@ -17,12 +17,13 @@
  *     grain G (a per-call cost: latency, or a cluster decoded whole),
  *     then grows; one more read halfway finds the knee.  The smallest
  *     read's time is the per-call cost L, and the knee's time beyond
- *     it gives the bandwidth B of one stream (L + s/B for s > G).  A read that only just looks like the knee is read
- *     again, the faster counting, so that a busy machine's one slow
- *     read is not taken for it.
+ *     it gives the bandwidth B of one stream (L + s/B for s > G).
+ *     A read that looks above the flat cost is checked against a
+ *     base read and read again, so that a busy machine's slow reads
+ *     are not taken for the knee (see above_flat).
  *
- * That costs about eight reads, most of them small (0.2 s for a plugin
- * answering in 20 ms with 100 MB/s, 10 ms at 1 ms and 400 MB/s).
+ * That costs about ten reads, most of them small (0.3 s for a plugin
+ * answering in 20 ms with 100 MB/s, 15 ms at 1 ms and 400 MB/s).
  * From it:
  *
  *   - grain G: no request is cut into pieces smaller than G (each
@@ -48,7 +49,7 @@
  * to end) is kept.  So a request is never cut below its own size
  * unless the plugin's maximum demands it or cutting was measured to be
  * faster, and the choice follows the plugin if it changes.  An option
- * measured 30% worse is tried less and less often (down to every 256th
+ * measured 30% worse, even once, is tried less and less often (down to every 256th
  * request).
  *
  * Everything learnt is kept per export name until the filter is
@@ -86,6 +87,8 @@ NBDKIT_DLL_PUBLIC int reshape_debug_tune;
 #define SWITCH 0.87                     /* the other option wins by 15% */
 #define WORSE 1.3                       /* an exploration that lost */
 #define MIN_SAMPLES 3
+#define FAST_RETRY_NS (1000 * 1000)     /* a 4K read this fast ... */
+#define FAST_RETRIES 10                 /* ... is tried this often */
 
 enum state { UNKNOWN, PROBING, KNOWN };
 
@@ -114,6 +117,7 @@ struct tune {
   bool measured;                        /* the probe got numbers */
   bool fast;                            /* no latency worth hiding */
   double probe_ns[NCLASSES];            /* 0: not probed */
+  unsigned probe_reads;                 /* 0: from a profile */
   uint32_t grain;                       /* G */
   double lat_ns;                        /* L */
   double ns_per_byte;                   /* 1 / B, 0 = no bandwidth cost */
@@ -194,47 +198,52 @@ tune_free_all (void)
   }
 }
 
-/* The i-th probe reads len bytes at its own place in the export, so
- * that no probe finds what an earlier one brought into a cache.
+/* One probe: the plugin, a buffer for its largest read, the next
+ * fresh place to read, and the flat cost found so far.
+ */
+struct probe {
+  nbdkit_next *next;
+  const struct geometry *geo;
+  char *buf;
+  uint32_t base;                        /* the smallest read */
+  double flat;                          /* its fastest time so far */
+  unsigned place;                       /* the next fresh place */
+  unsigned reads;                       /* reads made */
+};
+
+/* Each place is its own part of the export, so that no read finds
+ * what an earlier one of another size brought into a cache.
  */
 static uint64_t
-probe_offset (const struct geometry *geo, uint32_t len, unsigned i)
+probe_offset (const struct geometry *geo, uint32_t len, unsigned place)
 {
   uint64_t room = geo->exportsize - len;
 
-  return round_down (room / 8 * (i % 8), max_u64 (len, geo->min));
+  return round_down (room / 8 * (place % 8), max_u64 (len, geo->min));
 }
 
-/* Time the i-th probe, a read of len bytes; -1 on error.  The buffer
- * is touched first: the read times the plugin, not page faults.
+/* Time a read of len bytes at a place; -1 on error.  The buffer is
+ * touched first: the read times the plugin, not page faults.
  */
 static double
-time_read (nbdkit_next *next, const struct geometry *geo, char *buf,
-           uint32_t len, unsigned i)
+time_read (struct probe *p, uint32_t len, unsigned place)
 {
   uint64_t start;
   int err;
 
-  memset (buf, 0, len);
+  memset (p->buf, 0, len);
+  p->reads++;
   start = now_ns ();
-  if (next->pread (next, buf, len, probe_offset (geo, len, i), 0,
-                   &err) == -1)
+  if (p->next->pread (p->next, p->buf, len,
+                      probe_offset (p->geo, len, place), 0, &err) == -1)
     return -1;
   return now_ns () - start;
 }
 
-/* The faster of two reads of len bytes: one read alone may be slowed
- * by anything (a scheduler, a page fault), and the probe's decisions
- * rest on a few reads.  -1 on error.
- */
 static double
-time_read2 (nbdkit_next *next, const struct geometry *geo, char *buf,
-            uint32_t len, unsigned *i)
+time_fresh (struct probe *p, uint32_t len)
 {
-  double a = time_read (next, geo, buf, len, (*i)++);
-  double b = a < 0 ? -1 : time_read (next, geo, buf, len, (*i)++);
-
-  return a < 0 || b < 0 ? -1 : a < b ? a : b;
+  return time_read (p, len, p->place++);
 }
 
 /* The cost of a call of s bytes as the probe found it. */
@@ -293,32 +302,42 @@ choose_sizes (struct tune *t)
             t->ns_per_byte > 0 ? 1e3 / t->ns_per_byte : 0.0, p / 1024);
 }
 
-/* A probe read of s bytes.  One that costs more than flat by less
- * than NOISE_NS is read again, at the same place, and the faster
- * counts: a read slowed by something else (a busy machine, first
- * touches of memory) must not be taken for the knee.  A cache that
- * kept the first read can only make the repeat look flat, which errs
- * towards not cutting, the safe side.  A plugin's real rise past its
- * knee is usually larger (half its latency, at least) and is then not
- * read twice.  -1 on error.
+/* Does a read of s bytes cost more than the flat part?  One read can
+ * be slowed by anything (a busy machine, a page fault), and one slow
+ * read taken for the knee would cut requests for as long as the
+ * filter runs, so a read that looks above the flat cost is checked:
+ * a read of the base size, then this read again at the same place,
+ * close together.  It is above if the repeat is above both the flat
+ * cost and the base read next to it: a burst of load slows the pair
+ * alike.  A repeat that looks flat settles it the other way; a base
+ * read slowed as well is inconclusive, and the check is made once
+ * more.  Any doubt left counts as flat, the safe side (a plugin's
+ * cache that kept the first read can only make the repeat look flat
+ * too).  1 above, 0 flat, -1 error; *ts is the fastest read of s.
  */
-#define NOISE_NS (10 * 1000 * 1000)
+#define CHECKS 2
 
-static double
-time_step (nbdkit_next *next, const struct geometry *geo, char *buf,
-           uint32_t s, double flat, unsigned *i)
+static int
+above_flat (struct probe *p, uint32_t s, double *ts)
 {
-  const unsigned at = (*i)++;
-  double ts = time_read (next, geo, buf, s, at);
+  const unsigned at = p->place++;
+  unsigned k;
 
-  if (ts > KNEE * flat && ts - flat < NOISE_NS) {
-    double again = time_read (next, geo, buf, s, at);
+  if ((*ts = time_read (p, s, at)) < 0)
+    return -1;
+  for (k = 0; k < CHECKS && *ts > KNEE * p->flat; k++) {
+    double tb = time_fresh (p, p->base);
+    double again = tb < 0 ? -1 : time_read (p, s, at);
     if (again < 0)
       return -1;
-    if (again < ts)
-      ts = again;
+    *ts = again < *ts ? again : *ts;
+    p->flat = tb < p->flat ? tb : p->flat;
+    if (again > KNEE * p->flat && again > KNEE * tb)
+      return 1;
   }
-  return ts;
+  if (*ts < p->flat)
+    p->flat = *ts;
+  return 0;
 }
 
 /* Find the knee: the grain G where the cost starts growing, and the
@@ -326,25 +345,20 @@ time_step (nbdkit_next *next, const struct geometry *geo, char *buf,
  * flat cost, the size halfway is read too.
  */
 static void
-probe_shape (struct tune *t, nbdkit_next *next, const struct geometry *geo,
-             char *buf, uint32_t base, uint32_t limit, unsigned i)
+probe_shape (struct tune *t, struct probe *p, uint32_t limit)
 {
-  /* The flat cost: the fastest read of the flat part (the first
-   * reads of a process may pay for its warming up).
-   */
-  double flat = t->probe_ns[class_of (base)];
   uint64_t s, knee = 0;
   double tk = 0;
 
-  t->grain = base;
-  for (s = base * 4; s <= limit; s *= 4) {
-    double ts = time_step (next, geo, buf, s, flat, &i);
-    if (ts < 0)
+  t->grain = p->base;
+  for (s = p->base * 4; s <= limit; s *= 4) {
+    double ts;
+    int above = above_flat (p, s, &ts);
+    if (above < 0)
       return;
     t->probe_ns[class_of (s)] = ts;
-    if (ts <= KNEE * flat) {
+    if (!above) {
       t->grain = s;
-      flat = ts < flat ? ts : flat;
       continue;
     }
     /* The bandwidth comes from this read, the largest; the halfway
@@ -354,12 +368,12 @@ probe_shape (struct tune *t, nbdkit_next *next, const struct geometry *geo,
     knee = s;
     tk = ts;
     if (s / 2 > t->grain) {
-      double th = time_step (next, geo, buf, s / 2, flat, &i);
-      if (th < 0)
+      double th;
+      above = above_flat (p, s / 2, &th);
+      if (above < 0)
         return;
-      th = th < ts ? th : ts;
-      t->probe_ns[class_of (s / 2)] = th;
-      if (th <= KNEE * flat)
+      t->probe_ns[class_of (s / 2)] = th < ts ? th : ts;
+      if (!above)
         t->grain = s / 2;
     }
     break;
@@ -369,36 +383,58 @@ probe_shape (struct tune *t, nbdkit_next *next, const struct geometry *geo,
    * two reads either side of the knee tilts with a millisecond of
    * noise; this uses the widest span the probe has, and no read past
    * the knee, the probe's most costly.)  For clusters, L is one
-   * cluster's cost and s / B what the others add.
+   * cluster's cost and s / B what the others add.  The flat cost is
+   * the fastest read of the flat part: the first reads of a process
+   * may pay for its warming up.
    */
-  if (knee && tk > flat) {
-    t->lat_ns = flat;
-    t->ns_per_byte = (tk - flat) / knee;
+  if (knee && tk > p->flat) {
+    t->lat_ns = p->flat;
+    t->ns_per_byte = (tk - p->flat) / knee;
   }
   t->measured = true;
+}
+
+/* The base read, twice at least, the faster counting.  A plugin
+ * without latency answers in microseconds, but a busy machine may
+ * hold such reads up; they are cheap to repeat.  -1 on error.
+ */
+static double
+time_base (struct probe *p)
+{
+  double t0 = -1;
+
+  do {
+    double ts = time_fresh (p, p->base);
+    if (ts < 0)
+      return -1;
+    t0 = t0 < 0 || ts < t0 ? ts : t0;
+  } while (p->reads < 2 ||
+           (t0 >= PLUGIN_SLOW_NS && t0 < FAST_RETRY_NS &&
+            p->reads < FAST_RETRIES));
+  return t0;
 }
 
 static void
 probe (struct tune *t, nbdkit_next *next, const struct geometry *geo)
 {
-  const uint32_t base = max_u64 (4096, geo->min);
   const uint64_t limit = min_u64 (min_u64 (geo->exportsize, geo->max),
                                   PROBE_MAX);
   CLEANUP_FREE char *buf = NULL;
-  unsigned i = 0;
-  double t0;
+  struct probe p = {
+    .next = next, .geo = geo, .base = max_u64 (4096, geo->min),
+  };
 
-  if (limit < base || (buf = malloc (limit)) == NULL)
+  if (limit < p.base || (buf = p.buf = malloc (limit)) == NULL)
     return;
-  t0 = time_read2 (next, geo, buf, base, &i);
-  if (t0 < 0)
-    return;
-  t->probe_ns[class_of (base)] = t0;
-  if (t0 < PLUGIN_SLOW_NS) {
-    t->fast = t->measured = true;
-    return;
+  p.flat = time_base (&p);
+  if (p.flat >= 0) {
+    t->probe_ns[class_of (p.base)] = p.flat;
+    if (p.flat < PLUGIN_SLOW_NS)
+      t->fast = t->measured = true;
+    else
+      probe_shape (t, &p, pow2_floor (limit));
   }
-  probe_shape (t, next, geo, buf, base, pow2_floor (limit), i);
+  t->probe_reads = p.reads;
 }
 
 /* Does what a profile said of t hold for this geometry?  Lock held. */
@@ -590,9 +626,12 @@ tune_cut_end (struct tune *t, enum tune_dir d, const struct tune_choice *c,
   b->ns_per_byte[o] = b->samples[o] ? 0.75 * b->ns_per_byte[o] + 0.25 * npb
                                     : npb;
   b->samples[o]++;
-  if (o != b->cut && b->samples[o] >= MIN_SAMPLES &&
-      b->samples[!o] >= MIN_SAMPLES) {
-    if (b->ns_per_byte[o] < SWITCH * b->ns_per_byte[!o]) {
+  /* An exploration measured worse backs off at once (the model was
+   * wrong, and each try costs the client); a switch needs a few.
+   */
+  if (o != b->cut && b->samples[!o] >= MIN_SAMPLES) {
+    if (b->samples[o] >= MIN_SAMPLES &&
+        b->ns_per_byte[o] < SWITCH * b->ns_per_byte[!o]) {
       b->cut = o;
       b->every = EXPLORE_EVERY;
       b->switches++;
@@ -606,7 +645,7 @@ tune_cut_end (struct tune *t, enum tune_dir d, const struct tune_choice *c,
     else if (b->ns_per_byte[o] > WORSE * b->ns_per_byte[!o])
       b->every = min_u64 (max_u64 (b->every, EXPLORE_EVERY) * 2,
                           EXPLORE_RARELY);
-    else
+    else if (b->samples[o] >= MIN_SAMPLES)
       b->every = max_u64 (b->every, EXPLORE_EVERY);
   }
 }
@@ -622,6 +661,8 @@ report_one (FILE *fp, struct tune *t)
     fprintf (fp, "  preferred %" PRIu32 "K, unit %" PRIu32 "K, "
              "grain %" PRIu32 "K\n", t->sizes.preferred / 1024,
              t->sizes.unit / 1024, t->sizes.grain / 1024);
+  if (t->probe_reads)
+    fprintf (fp, "  probe: %u reads\n", t->probe_reads);
   fprintf (fp, "  %-8s %8s %10s %10s %10s %10s\n", "", "size", "probe ms",
            "calls", "mean ms", "MB/s");
   for (d = 0; d < TUNE_DIRS; d++)
