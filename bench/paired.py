@@ -8,7 +8,8 @@
 # minute apart differ by more than the filter does.  This runs one
 # round of every command at a time, reversing the order every other
 # round, and writes hyperfine's JSON layout (results: command, mean,
-# stddev, times) so bench/report.py reads both.  The per-round ratio
+# median, stddev, times) so bench/report.py and bench/tune-report.py
+# read both.  The per-round ratio
 # of the first command to each other one is what the report shows.
 #
 #   paired.py --runs N --export-json FILE -n NAME 'CMD' -n NAME 'CMD'...
@@ -55,7 +56,11 @@ results = []
 for name, cmd, ts in zip(a.names, a.commands, times):
     results.append({"command": name, "invocation": cmd,
                     "mean": statistics.mean(ts),
+                    "median": statistics.median(ts),
                     "stddev": statistics.stdev(ts) if len(ts) > 1 else 0,
                     "times": ts})
 with open(a.export_json, "w") as f:
     json.dump({"results": results}, f, indent=1)
+for r in results:
+    print("  %-10s %8.3f s (median of %d)" % (r["command"], r["median"],
+                                              len(r["times"])))

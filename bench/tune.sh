@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # reshape-size=auto against fixed sizes: model plugins of several
 # shapes x clients x setups (no filter, the default, fixed
-# reshape-size from 64K to 32M), each cell one hyperfine run.
+# reshape-size from 64K to 32M).  Each cell runs its setups in
+# alternation, round by round (bench/paired.py): a machine whose speed
+# drifts moves all setups of a round alike.
 # Results: bench/results/tune/PLUGIN.CLIENT.json; then
 # bench/tune-report.py writes bench/results/tune/README.md and the heat
 # map bench/results/tune.svg.
@@ -102,8 +104,8 @@ for p in $plugins; do
       args+=(-n "$s" "nbdkit -U - $(setup_filters "$s") $M $pa \
 $(setup_params "$s") --run '$cmd'")
     done
-    hyperfine -N --warmup "${WARMUP:-1}" --runs "$runs" --export-json "$out/$p.$c.json" \
-      "${args[@]}" 2>/dev/null | grep -E '^ +[0-9.]+ ± ' || :
+    /usr/bin/python3 bench/paired.py --warmup "${WARMUP:-1}" --runs "$runs" \
+      --export-json "$out/$p.$c.json" "${args[@]}"
     rm -f "$scratch/out.img"
   done
 done

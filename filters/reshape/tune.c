@@ -8,8 +8,8 @@
  * The probe.  When the first client connects to an export, before it
  * is told the preferred block size, the filter times single reads of
  * growing size (4K, 16K, 64K, ... up to 16M, each at a fresh offset),
- * stopping as soon as the shape is clear (the first size is read
- * twice, the faster counting: it is what the others are held to):
+ * stopping as soon as the shape is clear (the flat cost the others
+ * are held to is the fastest read of the flat part):
  *
  *   - a 4K read answered in under PLUGIN_SLOW_NS: no latency to
  *     amortize (memory, the page cache); nothing more to learn;
@@ -32,7 +32,8 @@
  *     than the small read);
  *   - preferred P, told to clients and used as the unit of staging and
  *     readahead: the power of 2 nearest L B / 2, where a call's
- *     transfer takes half its fixed cost, at least G, at most 8M
+ *     transfer takes half its fixed cost (2 L B if the plugin
+ *     serializes requests: nothing overlaps), at least G, at most 8M
  *     (clients size their buffers by it and keep many requests in
  *     flight, which overlap the latency: beyond that, larger requests
  *     only cost buffers and caches).  A plugin
@@ -280,13 +281,18 @@ choose_sizes (struct tune *t)
    * the latency, and beyond that larger requests only cost the client
    * buffers and the caches (measured with nbdcopy: over 20 ms +
    * 100 MB/s, fastest at 1M, L B = 2M; over 1 ms + 400 MB/s, at
-   * 256K-512K, L B = 400K).  The power of 2 nearest, at least G, at
-   * most PREFERRED_CAP.
+   * 256K-512K, L B = 400K).  A plugin that serializes requests
+   * overlaps nothing within a connection: there a call should carry
+   * twice its fixed cost in transfer, s = 2 L B (measured over a
+   * serialized 1 ms + 400 MB/s: 1M-2M fastest for nbdcopy and
+   * qemu-img, 256K a third slower).  The power of 2 nearest, at least
+   * G, at most PREFERRED_CAP.
    */
   p = t->grain;
   if (t->ns_per_byte > 0) {
-    const double half_lb = t->lat_ns / t->ns_per_byte / 2;
-    while (p < PREFERRED_CAP && p * 1.41421356 < half_lb)
+    const double target = t->lat_ns / t->ns_per_byte *
+      (reshape_cfg.parallel_ok ? 0.5 : 2);
+    while (p < PREFERRED_CAP && p * 1.41421356 < target)
       p *= 2;
   }
   else
@@ -394,9 +400,12 @@ probe_shape (struct tune *t, struct probe *p, uint32_t limit)
   t->measured = true;
 }
 
-/* The base read, twice at least, the faster counting.  A plugin
- * without latency answers in microseconds, but a busy machine may
- * hold such reads up; they are cheap to repeat.  -1 on error.
+/* The base read.  A plugin without latency answers in microseconds,
+ * but a busy machine or a first touch of memory may hold such reads
+ * up; they are cheap to repeat, the fastest counting.  A read of a
+ * millisecond or more is not repeated: it is a plugin with latency,
+ * and every flat read of the probe lowers the flat cost if this one
+ * was slow.  -1 on error.
  */
 static double
 time_base (struct probe *p)
@@ -408,9 +417,8 @@ time_base (struct probe *p)
     if (ts < 0)
       return -1;
     t0 = t0 < 0 || ts < t0 ? ts : t0;
-  } while (p->reads < 2 ||
-           (t0 >= PLUGIN_SLOW_NS && t0 < FAST_RETRY_NS &&
-            p->reads < FAST_RETRIES));
+  } while (t0 >= PLUGIN_SLOW_NS && t0 < FAST_RETRY_NS &&
+           p->reads < FAST_RETRIES);
   return t0;
 }
 
@@ -428,11 +436,17 @@ probe (struct tune *t, nbdkit_next *next, const struct geometry *geo)
     return;
   p.flat = time_base (&p);
   if (p.flat >= 0) {
-    t->probe_ns[class_of (p.base)] = p.flat;
-    if (p.flat < PLUGIN_SLOW_NS)
-      t->fast = t->measured = true;
-    else
+    if (p.flat >= PLUGIN_SLOW_NS)
       probe_shape (t, &p, pow2_floor (limit));
+    /* Fast, or a first read slowed by warming up that a later flat
+     * read belies.
+     */
+    if (p.flat < PLUGIN_SLOW_NS) {
+      t->fast = t->measured = true;
+      t->grain = 0;
+      t->lat_ns = t->ns_per_byte = 0;
+    }
+    t->probe_ns[class_of (p.base)] = p.flat;
   }
   t->probe_reads = p.reads;
 }
@@ -472,6 +486,11 @@ tune_probe (struct tune *t, nbdkit_next *next, const struct geometry *geo)
      * under it (the sizes are read without a lock).
      */
     if (t->state == KNOWN && (!t->from_profile || profile_fits (t, geo))) {
+      /* Sizes from a profile are chosen now: they depend on the
+       * thread model, which is known only after the profile is read.
+       */
+      if (t->from_profile)
+        choose_sizes (t);
       t->from_profile = false;
       return;
     }
