@@ -44,13 +44,18 @@ told ()
   esac
 }
 
+# probe_reads STATS: the reads the probes made (every export's).
+probe_reads ()
+{
+  awk '$1 == "probe:" {n += $2} END {print n + 0}' "$1"
+}
+
 # beyond_probe CALLS STATS: the plugin reads that the probe did not make.
 beyond_probe ()
 {
-  local reads probe
+  local reads
   reads=$(awk '$1 == "reads" {print $2}' "$1")
-  probe=$(awk '$1 == "probe:" {print $2}' "$2")
-  echo $((reads - ${probe:-0}))
+  echo $((reads - $(probe_reads "$2")))
 }
 
 told "$(preferred "$MODEL" $clusters)"
@@ -82,6 +87,7 @@ for b, off in zip(bufs, offs):
 assert got == want, "a streamed read returned wrong data"
 print("streamed %d bytes in 256K reads, all checked" % size)
 EOF
+rm -f "$tmp/calls" "$tmp/stats"
 nbdkit -U - --filter="$FILTER" "$MODEL" $clusters calls="$tmp/calls" \
   reshape-stats="$tmp/stats" \
   --run "/usr/bin/python3 $tmp/stream.py \$uri"
@@ -98,6 +104,7 @@ test "$reads" -le 40 ||
 qemu-img create -q -f raw "$tmp/src.img" 64M
 /usr/bin/python3 -c 'import os, sys
 open(sys.argv[1], "r+b").write(os.urandom(64 << 20))' "$tmp/src.img"
+rm -f "$tmp/calls" "$tmp/stats"
 nbdkit -U - --filter="$FILTER" "$MODEL" $clusters calls="$tmp/calls" \
   reshape-stats="$tmp/stats" \
   --run "qemu-img convert -n -f raw -O raw $tmp/src.img \"\$uri\" &&
@@ -105,16 +112,18 @@ nbdkit -U - --filter="$FILTER" "$MODEL" $clusters calls="$tmp/calls" \
 cmp "$tmp/src.img" "$tmp/out.img" || fail "qemu-img convert: data differs"
 reads=$(beyond_probe "$tmp/calls" "$tmp/stats")
 echo "2M clusters, qemu-img convert: $reads plugin reads"
-# 32 reads of 2M (16 grains, if 4M was told).
-test "$reads" -le 32 || fail "2M reads were cut ($reads plugin reads)"
+# 32 reads of 2M (if 4M was told, a few 4M grains may be fetched for
+# a stream besides); cut, they would be 64 or more.
+test "$reads" -le 36 || fail "2M reads were cut ($reads plugin reads)"
 
 # No latency: told 64K, and a 1M read reaches the plugin whole.
 p=$(preferred memory 64M)
 test "$p" = 65536 || fail "memory: told $p, want 65536"
+rm -f "$tmp/stats"
 nbdkit -U - --filter="$FILTER" --filter=stats memory 64M \
   statsfile="$tmp/pstats" statsappend=false reshape-stats="$tmp/stats" \
   --run 'nbdsh -u "$uri" -c "h.pread(1 << 20, 0)"'
-probe=$(awk '$1 == "probe:" {print $2}' "$tmp/stats")
+probe=$(probe_reads "$tmp/stats")
 grep -q "read: $((probe + 1)) ops" "$tmp/pstats" ||
   { cat "$tmp/pstats"; fail "memory: a 1M read was cut (want 1 read + the probe's $probe)"; }
 

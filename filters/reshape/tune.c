@@ -50,8 +50,9 @@
  * to end) is kept.  So a request is never cut below its own size
  * unless the plugin's maximum demands it or cutting was measured to be
  * faster, and the choice follows the plugin if it changes.  An option
- * measured 30% worse, even once, is tried less and less often (down to every 256th
- * request).
+ * measured 30% worse, even once, is tried less and less often (down
+ * to every 256th request), and more often again (up to every 16th)
+ * once it measures no worse.
  *
  * Everything learnt is kept per export name until the filter is
  * unloaded, and shown in the statistics report.
@@ -213,14 +214,19 @@ struct probe {
 };
 
 /* Each place is its own part of the export, so that no read finds
- * what an earlier one of another size brought into a cache.
+ * what an earlier one brought into a cache below the filter (a cache
+ * would make a slow plugin look fast).  A probe reads at most about
+ * twenty places.
  */
+#define PLACES 32
+
 static uint64_t
 probe_offset (const struct geometry *geo, uint32_t len, unsigned place)
 {
   uint64_t room = geo->exportsize - len;
 
-  return round_down (room / 8 * (place % 8), max_u64 (len, geo->min));
+  return round_down (room / PLACES * (place % PLACES),
+                     max_u64 (len, geo->min));
 }
 
 /* Time a read of len bytes at a place; -1 on error.  The buffer is
@@ -264,15 +270,11 @@ choose_sizes (struct tune *t)
 {
   uint64_t p;
 
-  if (!t->measured) {
-    snprintf (t->why, sizeof t->why, "not measured: static sizes");
-    return;
-  }
   if (t->fast) {
     t->sizes = (struct tune_sizes) { .preferred = FAST_PREFERRED };
     snprintf (t->why, sizeof t->why,
-              "4K read in %.0f us: no latency; clients told %uK, "
-              "requests not cut", t->probe_ns[0] / 1000,
+              "smallest read in %.0f us: no latency; clients told %uK, "
+              "requests not cut", t->lat_ns / 1000,
               FAST_PREFERRED / 1024);
     return;
   }
@@ -312,28 +314,26 @@ choose_sizes (struct tune *t)
  * be slowed by anything (a busy machine, a page fault), and one slow
  * read taken for the knee would cut requests for as long as the
  * filter runs, so a read that looks above the flat cost is checked:
- * a read of the base size, then this read again at the same place,
- * close together.  It is above if the repeat is above both the flat
- * cost and the base read next to it: a burst of load slows the pair
- * alike.  A repeat that looks flat settles it the other way; a base
- * read slowed as well is inconclusive, and the check is made once
- * more.  Any doubt left counts as flat, the safe side (a plugin's
- * cache that kept the first read can only make the repeat look flat
- * too).  1 above, 0 flat, -1 error; *ts is the fastest read of s.
+ * a read of the base size, then a read of s again, each at a fresh
+ * place.  It is above if the repeat is above both the flat cost and
+ * the base read next to it: a burst of load slows the pair alike.  A
+ * repeat that looks flat settles it the other way; a base read slowed
+ * as well is inconclusive, and the check is made once more.  Any doubt
+ * left counts as flat.  1 above, 0 flat, -1 error; *ts is the fastest
+ * read of s.
  */
 #define CHECKS 2
 
 static int
 above_flat (struct probe *p, uint32_t s, double *ts)
 {
-  const unsigned at = p->place++;
   unsigned k;
 
-  if ((*ts = time_read (p, s, at)) < 0)
+  if ((*ts = time_fresh (p, s)) < 0)
     return -1;
   for (k = 0; k < CHECKS && *ts > KNEE * p->flat; k++) {
     double tb = time_fresh (p, p->base);
-    double again = tb < 0 ? -1 : time_read (p, s, at);
+    double again = tb < 0 ? -1 : time_fresh (p, s);
     if (again < 0)
       return -1;
     *ts = again < *ts ? again : *ts;
@@ -439,16 +439,42 @@ probe (struct tune *t, nbdkit_next *next, const struct geometry *geo)
     if (p.flat >= PLUGIN_SLOW_NS)
       probe_shape (t, &p, pow2_floor (limit));
     /* Fast, or a first read slowed by warming up that a later flat
-     * read belies.
+     * read belies: what the reads of other sizes found is noise.
      */
     if (p.flat < PLUGIN_SLOW_NS) {
+      memset (t->probe_ns, 0, sizeof t->probe_ns);
       t->fast = t->measured = true;
       t->grain = 0;
-      t->lat_ns = t->ns_per_byte = 0;
+      t->lat_ns = p.flat;
+      t->ns_per_byte = 0;
     }
     t->probe_ns[class_of (p.base)] = p.flat;
   }
   t->probe_reads = p.reads;
+}
+
+/* Is t's model there to use?  Its fields are written before measured
+ * is set (publish) and never change afterwards while connections use
+ * them, so a reader that sees measured sees them whole.
+ */
+static bool
+model_ready (struct tune *t)
+{
+  return __atomic_load_n (&t->measured, __ATOMIC_ACQUIRE);
+}
+
+/* What a probe found (in a scratch copy) becomes t's.  Lock held. */
+static void
+publish (struct tune *t, const struct tune *found)
+{
+  memcpy (t->probe_ns, found->probe_ns, sizeof t->probe_ns);
+  t->probe_reads = found->probe_reads;
+  t->fast = found->fast;
+  t->grain = found->grain;
+  t->lat_ns = found->lat_ns;
+  t->ns_per_byte = found->ns_per_byte;
+  choose_sizes (t);
+  __atomic_store_n (&t->measured, true, __ATOMIC_RELEASE);
 }
 
 /* Does what a profile said of t hold for this geometry?  Lock held. */
@@ -475,6 +501,7 @@ profile_fits (struct tune *t, const struct geometry *geo)
 void
 tune_probe (struct tune *t, nbdkit_next *next, const struct geometry *geo)
 {
+  struct tune found = { .measured = false };
   unsigned c;
 
   {
@@ -496,38 +523,45 @@ tune_probe (struct tune *t, nbdkit_next *next, const struct geometry *geo)
     }
     t->state = PROBING;
   }
-  t->exportsize = geo->exportsize;
-  t->min = geo->min;
-  t->max = geo->max;
-  probe (t, next, geo);
-  choose_sizes (t);
-  if (reshape_debug_tune) {
+  /* The probe fills a scratch copy: connections that kept the static
+   * sizes after an earlier probe failed read t without the lock.
+   */
+  probe (&found, next, geo);
+  if (reshape_debug_tune)
     for (c = 0; c < NCLASSES; c++)
-      if (t->probe_ns[c])
+      if (found.probe_ns[c])
         nbdkit_debug ("reshape: tune: export '%s': probe read %" PRIu64
                       "K in %.3f ms", t->name, class_bytes (c) / 1024,
-                      t->probe_ns[c] / 1e6);
-    nbdkit_debug ("reshape: tune: export '%s': %s", t->name, t->why);
-  }
+                      found.probe_ns[c] / 1e6);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+    t->exportsize = geo->exportsize;
+    t->min = geo->min;
+    t->max = geo->max;
+    if (found.measured)
+      publish (t, &found);
+    else
+      snprintf (t->why, sizeof t->why, "not measured: static sizes");
+    if (reshape_debug_tune)
+      nbdkit_debug ("reshape: tune: export '%s': %s", t->name, t->why);
     /* A probe that failed (a plugin not ready yet) is tried again by
      * the next connection; this one keeps the static sizes.
      */
-    t->state = t->measured ? KNOWN : UNKNOWN;
+    t->state = found.measured ? KNOWN : UNKNOWN;
     pthread_cond_broadcast (&t->known);
   }
-  if (profile.file && t->measured)
+  if (profile.file && found.measured)
     tune_save ();
 }
 
-/* No lock: the sizes are set once, by the probe, before any request
- * of any connection (each connection's prepare waits for it).
- */
+/* No lock: the sizes are set once, before measured (model_ready). */
 void
 tune_sizes (struct tune *t, struct tune_sizes *s)
 {
-  *s = t->sizes;
+  if (model_ready (t))
+    *s = t->sizes;
+  else
+    *s = (struct tune_sizes) { 0 };
 }
 
 void
@@ -581,7 +615,7 @@ tune_cut_model (struct tune *t, uint64_t count, uint32_t max)
   uint64_t cut;
   double gain;
 
-  if (!t->measured || t->fast || count < 2 * (uint64_t) t->grain)
+  if (!model_ready (t) || t->fast || count < 2 * (uint64_t) t->grain)
     return min_u64 (count, max);
   cut = best_cut (t, count, max, &gain);
   return gain >= FLAT ? cut : min_u64 (count, max);
@@ -597,7 +631,7 @@ tune_cut_begin (struct tune *t, enum tune_dir d, uint64_t count,
   bool explore;
 
   c->cls = -1;
-  if (!t->measured || t->fast || count < 2 * (uint64_t) t->grain)
+  if (!model_ready (t) || t->fast || count < 2 * (uint64_t) t->grain)
     return min_u64 (count, max);
   cut = best_cut (t, count, max, &gain);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
@@ -664,8 +698,8 @@ tune_cut_end (struct tune *t, enum tune_dir d, const struct tune_choice *c,
     else if (b->ns_per_byte[o] > WORSE * b->ns_per_byte[!o])
       b->every = min_u64 (max_u64 (b->every, EXPLORE_EVERY) * 2,
                           EXPLORE_RARELY);
-    else if (b->samples[o] >= MIN_SAMPLES)
-      b->every = max_u64 (b->every, EXPLORE_EVERY);
+    else if (b->samples[o] >= MIN_SAMPLES)   /* not worse: try sooner */
+      b->every = max_u64 (b->every / 2, EXPLORE_EVERY);
   }
 }
 
