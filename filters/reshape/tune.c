@@ -22,8 +22,9 @@
  *     base read and read again, so that a busy machine's slow reads
  *     are not taken for the knee (see above_flat).
  *
- * That costs about ten reads, most of them small (0.3 s for a plugin
- * answering in 20 ms with 100 MB/s, 15 ms at 1 ms and 400 MB/s).
+ * That costs ten to fifteen reads, most of them small (0.5 s for a
+ * plugin answering in 20 ms with 100 MB/s, 20 ms at 1 ms and 400
+ * MB/s).
  * From it:
  *
  *   - grain G: no request is cut into pieces smaller than G (each
@@ -313,14 +314,15 @@ choose_sizes (struct tune *t)
 /* Does a read of s bytes cost more than the flat part?  One read can
  * be slowed by anything (a busy machine, a page fault), and one slow
  * read taken for the knee would cut requests for as long as the
- * filter runs, so a read that looks above the flat cost is checked:
- * a read of the base size, then a read of s again, each at a fresh
- * place.  It is above if the repeat is above both the flat cost and
- * the base read next to it: a burst of load slows the pair alike.  A
- * repeat that looks flat settles it the other way; a base read slowed
- * as well is inconclusive, and the check is made once more.  Any doubt
- * left counts as flat.  1 above, 0 flat, -1 error; *ts is the fastest
- * read of s.
+ * filter runs, so a read that looks above the flat cost is checked,
+ * twice: a read of the base size, then a read of s again, each at a
+ * fresh place.  A check holds if the repeat is above both the flat
+ * cost and the base read next to it (a burst of load slows the pair
+ * alike).  s is above only if both checks hold: on a loaded machine
+ * (a CI run beside other tests) two slow reads in a row were seen to
+ * pass one check about once in twenty probes.  A repeat that looks
+ * flat settles it the other way, and any doubt counts as flat.  1
+ * above, 0 flat, -1 error; *ts is the fastest read of s.
  */
 #define CHECKS 2
 
@@ -331,19 +333,21 @@ above_flat (struct probe *p, uint32_t s, double *ts)
 
   if ((*ts = time_fresh (p, s)) < 0)
     return -1;
-  for (k = 0; k < CHECKS && *ts > KNEE * p->flat; k++) {
+  if (*ts <= KNEE * p->flat) {
+    p->flat = *ts < p->flat ? *ts : p->flat;
+    return 0;
+  }
+  for (k = 0; k < CHECKS; k++) {
     double tb = time_fresh (p, p->base);
     double again = tb < 0 ? -1 : time_fresh (p, s);
     if (again < 0)
       return -1;
     *ts = again < *ts ? again : *ts;
     p->flat = tb < p->flat ? tb : p->flat;
-    if (again > KNEE * p->flat && again > KNEE * tb)
-      return 1;
+    if (again <= KNEE * p->flat || again <= KNEE * tb)
+      return 0;
   }
-  if (*ts < p->flat)
-    p->flat = *ts;
-  return 0;
+  return 1;
 }
 
 /* Find the knee: the grain G where the cost starts growing, and the
