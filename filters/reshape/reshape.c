@@ -54,6 +54,7 @@
 /* One client connection. */
 struct handle {
   struct export *exp;
+  nbdkit_backend *backend;      /* for a probe beside the connections */
   struct geometry geo;          /* settled at prepare */
   uint32_t preferred;           /* block size told to clients */
   bool multi_conn;              /* the plugin allows multi-conn */
@@ -150,6 +151,7 @@ reshape_after_fork (nbdkit_backend *nxdata)
 static void
 reshape_cleanup (nbdkit_backend *nxdata)
 {
+  tune_stop ();
   workers_stop ();
 }
 
@@ -166,6 +168,7 @@ reshape_open (nbdkit_next_open *next, nbdkit_context *nxdata,
     nbdkit_error ("calloc: %m");
     return NULL;
   }
+  h->backend = nbdkit_context_get_backend (nxdata);
   h->exp = export_get (exportname);
   if (h->exp == NULL) {
     free (h);
@@ -202,10 +205,11 @@ reshape_prepare (nbdkit_next *next, void *handle, int readonly)
   if (params_limits (next, &h->geo, &ppref) == -1)
     return -1;
   /* reshape-size=auto: learnt from the plugin before the client is
-   * told its preferred size.
+   * told its preferred size (a plugin too slow for that is probed
+   * beside this connection, which starts with the static sizes).
    */
   if (reshape_cfg.size == 0) {
-    tune_probe (h->exp->tune, next, &h->geo);
+    tune_probe (h->exp->tune, next, &h->geo, h->backend);
     tune_sizes (h->exp->tune, &learnt);
   }
   params_sizes (&h->geo, ppref, learnt.unit, learnt.preferred,

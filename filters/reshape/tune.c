@@ -22,9 +22,13 @@
  *     base read and read again, so that a busy machine's slow reads
  *     are not taken for the knee (see above_flat).
  *
- * That costs ten to fifteen reads, most of them small (0.5 s for a
- * plugin answering in 20 ms with 100 MB/s, 20 ms at 1 ms and 400
- * MB/s).
+ * That costs ten to fifteen reads, most of them small (20 ms at 1 ms
+ * and 400 MB/s, 0.1 s for 2M clusters decoded in 8 ms).  A plugin
+ * whose 4K read takes BESIDE_NS or more would hold the handshake for
+ * half a second or more (20 ms and 100 MB/s): if it takes requests in
+ * parallel, the probe goes on in a thread, through a context of its
+ * own, and the connections made meanwhile start with the static sizes
+ * (go_beside).
  * From it:
  *
  *   - grain G: no request is cut into pieces smaller than G (each
@@ -92,6 +96,7 @@ NBDKIT_DLL_PUBLIC int reshape_debug_tune;
 #define MIN_SAMPLES 3
 #define FAST_RETRY_NS (1000 * 1000)     /* a 4K read this fast ... */
 #define FAST_RETRIES 10                 /* ... is tried this often */
+#define BESIDE_NS (15 * 1000 * 1000)    /* a 4K read this slow: beside */
 
 enum state { UNKNOWN, PROBING, KNOWN };
 
@@ -116,6 +121,9 @@ struct tune {
   pthread_mutex_t lock;
   pthread_cond_t known;
   enum state state;
+  bool beside;                          /* PROBING beside connections */
+  bool joinable;                        /* thread: the last such probe */
+  pthread_t thread;
   /* The probe's findings. */
   bool measured;                        /* the probe got numbers */
   bool fast;                            /* no latency worth hiding */
@@ -141,6 +149,21 @@ static struct {
   pthread_mutex_t lock;
   struct tune *list;
 } all = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* Set at .cleanup: a probe beside the connections stops at its next
+ * read (tune_stop).  Under a lock: it is read once per probe read.
+ */
+static struct {
+  pthread_mutex_t lock;
+  bool stopping;
+} stop = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static bool
+stopping (void)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&stop.lock);
+  return stop.stopping;
+}
 
 /* reshape-profile=FILE, NULL if not given. */
 static struct {
@@ -239,6 +262,8 @@ time_read (struct probe *p, uint32_t len, unsigned place)
   uint64_t start;
   int err;
 
+  if (stopping ())
+    return -1;
   memset (p->buf, 0, len);
   p->reads++;
   start = now_ns ();
@@ -426,45 +451,86 @@ time_base (struct probe *p)
   return t0;
 }
 
-static void
-probe (struct tune *t, nbdkit_next *next, const struct geometry *geo)
-{
-  const uint64_t limit = min_u64 (min_u64 (geo->exportsize, geo->max),
-                                  PROBE_MAX);
-  CLEANUP_FREE char *buf = NULL;
-  struct probe p = {
-    .next = next, .geo = geo, .base = max_u64 (4096, geo->min),
-  };
+/* One probe on its way: what it found so far (a scratch copy of the
+ * export's learning, published whole at the end), where it reads, and
+ * the context it reads through.  On the heap: it may go on in a thread
+ * of its own, beside the connections.
+ */
+struct prober {
+  struct tune *t;
+  struct tune found;
+  struct probe p;
+  struct geometry geo;
+  uint64_t limit;                       /* its largest read */
+  bool beside;                          /* through a context of its own */
+};
 
-  if (limit < p.base || (buf = p.buf = malloc (limit)) == NULL)
-    return;
-  p.flat = time_base (&p);
-  if (p.flat >= 0) {
-    if (p.flat >= PLUGIN_SLOW_NS)
-      probe_shape (t, &p, pow2_floor (limit));
+static struct prober *
+prober_new (struct tune *t, nbdkit_next *next, const struct geometry *geo)
+{
+  struct prober *pr = calloc (1, sizeof *pr);
+
+  if (pr == NULL)
+    return NULL;
+  pr->t = t;
+  pr->geo = *geo;
+  pr->limit = min_u64 (min_u64 (geo->exportsize, geo->max), PROBE_MAX);
+  pr->p = (struct probe) {
+    .next = next, .geo = &pr->geo, .base = max_u64 (4096, geo->min),
+    .flat = -1,
+  };
+  if (pr->limit < pr->p.base ||
+      (pr->p.buf = malloc (pr->limit)) == NULL) {
+    free (pr);
+    return NULL;
+  }
+  return pr;
+}
+
+static void
+prober_free (struct prober *pr)
+{
+  free (pr->p.buf);
+  free (pr);
+}
+
+/* The probe after its first read (p.flat, -1 if it failed). */
+static void
+probe_rest (struct prober *pr)
+{
+  struct tune *found = &pr->found;
+  struct probe *p = &pr->p;
+
+  if (p->flat >= 0) {
+    if (p->flat >= PLUGIN_SLOW_NS)
+      probe_shape (found, p, pow2_floor (pr->limit));
     /* Fast, or a first read slowed by warming up that a later flat
      * read belies: what the reads of other sizes found is noise.
      */
-    if (p.flat < PLUGIN_SLOW_NS) {
-      memset (t->probe_ns, 0, sizeof t->probe_ns);
-      t->fast = t->measured = true;
-      t->grain = 0;
-      t->lat_ns = p.flat;
-      t->ns_per_byte = 0;
+    if (p->flat < PLUGIN_SLOW_NS) {
+      memset (found->probe_ns, 0, sizeof found->probe_ns);
+      found->fast = found->measured = true;
+      found->grain = 0;
+      found->lat_ns = p->flat;
+      found->ns_per_byte = 0;
     }
-    t->probe_ns[class_of (p.base)] = p.flat;
+    found->probe_ns[class_of (p->base)] = p->flat;
   }
-  t->probe_reads = p.reads;
+  found->probe_reads = p->reads;
 }
 
-/* Is t's model there to use?  Its fields are written before measured
- * is set (publish) and never change afterwards while connections use
- * them, so a reader that sees measured sees them whole.
+/* Is t's model there to use?  Its fields are written, under the lock,
+ * before measured is set (publish), and never change afterwards while
+ * connections use them, so a reader that saw measured under the lock
+ * reads them whole without it.  (The lock rather than an atomic flag:
+ * a probe beside the connections publishes while they run, and
+ * helgrind sees only locks.)
  */
 static bool
 model_ready (struct tune *t)
 {
-  return __atomic_load_n (&t->measured, __ATOMIC_ACQUIRE);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+  return t->measured;
 }
 
 /* What a probe found (in a scratch copy) becomes t's.  Lock held. */
@@ -478,7 +544,7 @@ publish (struct tune *t, const struct tune *found)
   t->lat_ns = found->lat_ns;
   t->ns_per_byte = found->ns_per_byte;
   choose_sizes (t);
-  __atomic_store_n (&t->measured, true, __ATOMIC_RELEASE);
+  t->measured = true;
 }
 
 /* Does what a profile said of t hold for this geometry?  Lock held. */
@@ -502,63 +568,211 @@ profile_fits (struct tune *t, const struct geometry *geo)
   return false;
 }
 
-void
-tune_probe (struct tune *t, nbdkit_next *next, const struct geometry *geo)
+/* The probe is over: what it found becomes the export's (or, if it
+ * got no numbers, the next connection probes again).  Frees pr.
+ */
+static void
+probe_done (struct prober *pr)
 {
-  struct tune found = { .measured = false };
+  struct tune *t = pr->t;
+  const struct tune *found = &pr->found;
+  bool measured = found->measured;
   unsigned c;
+
+  if (reshape_debug_tune)
+    for (c = 0; c < NCLASSES; c++)
+      if (found->probe_ns[c])
+        nbdkit_debug ("reshape: tune: export '%s': probe read %" PRIu64
+                      "K in %.3f ms", t->name, class_bytes (c) / 1024,
+                      found->probe_ns[c] / 1e6);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+    t->exportsize = pr->geo.exportsize;
+    t->min = pr->geo.min;
+    t->max = pr->geo.max;
+    if (measured)
+      publish (t, found);
+    else
+      snprintf (t->why, sizeof t->why, "not measured: static sizes");
+    if (measured && pr->beside) {
+      size_t n = strlen (t->why);
+      snprintf (t->why + n, sizeof t->why - n, " (from the next "
+                "connection on: probed beside the first)");
+    }
+    if (reshape_debug_tune)
+      nbdkit_debug ("reshape: tune: export '%s': %s", t->name, t->why);
+    t->state = measured ? KNOWN : UNKNOWN;
+    t->beside = false;
+    pthread_cond_broadcast (&t->known);
+  }
+  prober_free (pr);
+  if (profile.file && measured && !stopping ())
+    tune_save ();
+}
+
+static void *
+beside_thread (void *arg)
+{
+  struct prober *pr = arg;
+  nbdkit_next *ctx = pr->p.next;
+
+  probe_rest (pr);
+  ctx->finalize (ctx);
+  nbdkit_next_context_close (ctx);
+  probe_done (pr);
+  return NULL;
+}
+
+/* A plugin whose smallest read is this slow would hold the handshake
+ * for a dozen such reads or more (half a second at 20 ms): the probe
+ * goes on in a thread, through a context of its own, and the
+ * connections made meanwhile keep the static sizes (clients are told
+ * nothing, requests are sent whole) until the model is there: then
+ * their requests are cut and their streams fetched by it, and later
+ * connections are told its sizes.  Only a plugin that takes requests
+ * in parallel can be read beside its connections.  False: the probe
+ * goes on here.
+ */
+static bool
+go_beside (struct prober *pr, nbdkit_backend *backend)
+{
+  struct tune *t = pr->t;
+  nbdkit_next *ctx;
+  int err;
+
+  if (!reshape_cfg.parallel_ok || backend == NULL ||
+      pr->p.flat < BESIDE_NS)
+    return false;
+  /* Shared: the context outlives the connection that opened it. */
+  ctx = nbdkit_next_context_open (backend, 1, t->name, 1);
+  if (ctx == NULL)
+    return false;
+  if (ctx->prepare (ctx) == -1) {
+    nbdkit_next_context_close (ctx);
+    return false;
+  }
+  if (ctx->get_size (ctx) != (int64_t) pr->geo.exportsize) {
+    ctx->finalize (ctx);
+    nbdkit_next_context_close (ctx);
+    return false;
+  }
+  pr->p.next = ctx;
+  pr->beside = true;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+  t->beside = true;
+  err = pthread_create (&t->thread, NULL, beside_thread, pr);
+  if (err) {
+    t->beside = pr->beside = false;
+    ctx->finalize (ctx);
+    nbdkit_next_context_close (ctx);
+    return false;
+  }
+  t->joinable = true;
+  if (reshape_debug_tune)
+    nbdkit_debug ("reshape: tune: export '%s': a %" PRIu32 "K read took "
+                  "%.1f ms: the probe goes on beside the connections",
+                  t->name, pr->p.base / 1024, pr->p.flat / 1e6);
+  return true;
+}
+
+/* The thread of an earlier probe beside the connections, which has
+ * ended (t->state is no longer PROBING) or is ending: joined before
+ * another starts.  Lock held on entry and on return.
+ */
+static void
+join_ended (struct tune *t)
+{
+  pthread_t th = t->thread;
+
+  if (!t->joinable)
+    return;
+  t->joinable = false;
+  /* It may be saving the profile, which takes t->lock. */
+  pthread_mutex_unlock (&t->lock);
+  pthread_join (th, NULL);
+  pthread_mutex_lock (&t->lock);
+}
+
+void
+tune_probe (struct tune *t, nbdkit_next *next, const struct geometry *geo,
+            nbdkit_backend *backend)
+{
+  struct prober *pr;
 
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
-    while (t->state == PROBING)
-      pthread_cond_wait (&t->known, &t->lock);
-    /* A profile is checked against the first connection's geometry
-     * only: once a connection uses what it says, nothing may change
-     * under it (the sizes are read without a lock).
-     */
-    if (t->state == KNOWN && (!t->from_profile || profile_fits (t, geo))) {
-      /* Sizes from a profile are chosen now: they depend on the
-       * thread model, which is known only after the profile is read.
+    for (;;) {
+      while (t->state == PROBING && !t->beside)
+        pthread_cond_wait (&t->known, &t->lock);
+      /* A profile is checked against the first connection's geometry
+       * only: once a connection uses what it says, nothing may change
+       * under it (the sizes are read without a lock).
        */
-      if (t->from_profile)
-        choose_sizes (t);
-      t->from_profile = false;
-      return;
+      if (t->state == KNOWN &&
+          (!t->from_profile || profile_fits (t, geo))) {
+        /* Sizes from a profile are chosen now: they depend on the
+         * thread model, which is known only after the profile is read.
+         */
+        if (t->from_profile)
+          choose_sizes (t);
+        t->from_profile = false;
+        return;
+      }
+      if (t->state == PROBING)          /* beside: static sizes for now */
+        return;
+      if (!t->joinable)
+        break;
+      join_ended (t);                   /* then look again */
     }
     t->state = PROBING;
+  }
+  pr = prober_new (t, next, geo);
+  if (pr == NULL) {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+    snprintf (t->why, sizeof t->why, "not measured: static sizes");
+    t->state = UNKNOWN;
+    pthread_cond_broadcast (&t->known);
+    return;
   }
   /* The probe fills a scratch copy: connections that kept the static
    * sizes after an earlier probe failed read t without the lock.
    */
-  probe (&found, next, geo);
-  if (reshape_debug_tune)
-    for (c = 0; c < NCLASSES; c++)
-      if (found.probe_ns[c])
-        nbdkit_debug ("reshape: tune: export '%s': probe read %" PRIu64
-                      "K in %.3f ms", t->name, class_bytes (c) / 1024,
-                      found.probe_ns[c] / 1e6);
-  {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
-    t->exportsize = geo->exportsize;
-    t->min = geo->min;
-    t->max = geo->max;
-    if (found.measured)
-      publish (t, &found);
-    else
-      snprintf (t->why, sizeof t->why, "not measured: static sizes");
-    if (reshape_debug_tune)
-      nbdkit_debug ("reshape: tune: export '%s': %s", t->name, t->why);
-    /* A probe that failed (a plugin not ready yet) is tried again by
-     * the next connection; this one keeps the static sizes.
-     */
-    t->state = found.measured ? KNOWN : UNKNOWN;
-    pthread_cond_broadcast (&t->known);
-  }
-  if (profile.file && found.measured)
-    tune_save ();
+  pr->p.flat = time_base (&pr->p);
+  if (go_beside (pr, backend))
+    return;
+  probe_rest (pr);
+  probe_done (pr);
 }
 
-/* No lock: the sizes are set once, before measured (model_ready). */
+void
+tune_stop (void)
+{
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&stop.lock);
+    stop.stopping = true;
+  }
+  for (;;) {
+    pthread_t th;
+    bool found = false;
+    struct tune *t;
+    {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&all.lock);
+      for (t = all.list; t && !found; t = t->next) {
+        ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+        if (t->joinable) {
+          th = t->thread;
+          t->joinable = false;
+          found = true;
+        }
+      }
+    }
+    if (!found)
+      return;
+    pthread_join (th, NULL);
+  }
+}
+
+/* The sizes are set once, before measured (model_ready). */
 void
 tune_sizes (struct tune *t, struct tune_sizes *s)
 {

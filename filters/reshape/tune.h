@@ -36,12 +36,21 @@ extern struct tune *tune_get (const char *exportname);
 extern void tune_free_all (void);
 
 /* What the first connection to an export learns by timed reads of
- * doubling sizes (later connections wait for it and reuse it), unless
- * a profile (tune_load) already told.  Never fails: a plugin that
- * cannot be measured keeps the static guesses.
+ * growing sizes (later connections wait for it and reuse it), unless
+ * a profile (tune_load) already told.  A plugin too slow to hold the
+ * handshake for that is probed beside the connections, through a
+ * context of its own opened on backend (NULL: never beside), and
+ * connections made meanwhile keep the static sizes.  Never fails: a
+ * plugin that cannot be measured keeps the static guesses.
  */
 extern void tune_probe (struct tune *t, nbdkit_next *next,
-                        const struct geometry *geo);
+                        const struct geometry *geo,
+                        nbdkit_backend *backend);
+
+/* At .cleanup: a probe beside the connections stops at its next read,
+ * and its thread is joined.
+ */
+extern void tune_stop (void);
 
 /* The sizes picked for a connection with this geometry: the size told
  * to clients as preferred, the unit that writes are staged in and
