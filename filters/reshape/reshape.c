@@ -54,7 +54,6 @@
 /* One client connection. */
 struct handle {
   struct export *exp;
-  nbdkit_backend *backend;      /* for a probe beside the connections */
   struct geometry geo;          /* settled at prepare */
   uint32_t preferred;           /* block size told to clients */
   bool multi_conn;              /* the plugin allows multi-conn */
@@ -151,7 +150,6 @@ reshape_after_fork (nbdkit_backend *nxdata)
 static void
 reshape_cleanup (nbdkit_backend *nxdata)
 {
-  tune_stop ();
   workers_stop ();
 }
 
@@ -168,7 +166,6 @@ reshape_open (nbdkit_next_open *next, nbdkit_context *nxdata,
     nbdkit_error ("calloc: %m");
     return NULL;
   }
-  h->backend = nbdkit_context_get_backend (nxdata);
   h->exp = export_get (exportname);
   if (h->exp == NULL) {
     free (h);
@@ -184,6 +181,7 @@ reshape_close (void *handle)
 {
   struct handle *h = handle;
 
+  tune_release (h->exp->tune, h);       /* done at finalize if called */
   readahead_destroy (&h->ra);
   export_put (h->exp);
   free (h);
@@ -209,7 +207,7 @@ reshape_prepare (nbdkit_next *next, void *handle, int readonly)
    * beside this connection, which starts with the static sizes).
    */
   if (reshape_cfg.size == 0) {
-    tune_probe (h->exp->tune, next, &h->geo, h->backend);
+    tune_probe (h->exp->tune, next, &h->geo, h);
     tune_sizes (h->exp->tune, &learnt);
   }
   params_sizes (&h->geo, ppref, learnt.unit, learnt.preferred,
@@ -228,6 +226,8 @@ reshape_finalize (nbdkit_next *next, void *handle)
   struct call c;
 
   call_init (&c, next, handle);
+  /* A probe reading through this connection's next stops first. */
+  tune_release (c.h->exp->tune, c.h);
   writeback_close (&c.h->wb, &c.io);
   return 0;
 }

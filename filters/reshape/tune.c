@@ -26,9 +26,9 @@
  * and 400 MB/s, 0.1 s for 2M clusters decoded in 8 ms).  A plugin
  * whose 4K read takes BESIDE_NS or more would hold the handshake for
  * half a second or more (20 ms and 100 MB/s): if it takes requests in
- * parallel, the probe goes on in a thread, through a context of its
- * own, and the connections made meanwhile start with the static sizes
- * (go_beside).
+ * parallel, the probe goes on in a thread, reading through the first
+ * connection's plugin context, and the connections made meanwhile
+ * start with the static sizes (go_beside).
  * From it:
  *
  *   - grain G: no request is cut into pieces smaller than G (each
@@ -124,6 +124,8 @@ struct tune {
   bool beside;                          /* PROBING beside connections */
   bool joinable;                        /* thread: the last such probe */
   pthread_t thread;
+  const void *lender;                   /* whose plugin context it reads */
+  bool cancel;                          /* the lender is ending: stop */
   /* The probe's findings. */
   bool measured;                        /* the probe got numbers */
   bool fast;                            /* no latency worth hiding */
@@ -149,21 +151,6 @@ static struct {
   pthread_mutex_t lock;
   struct tune *list;
 } all = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
-/* Set at .cleanup: a probe beside the connections stops at its next
- * read (tune_stop).  Under a lock: it is read once per probe read.
- */
-static struct {
-  pthread_mutex_t lock;
-  bool stopping;
-} stop = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
-static bool
-stopping (void)
-{
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&stop.lock);
-  return stop.stopping;
-}
 
 /* reshape-profile=FILE, NULL if not given. */
 static struct {
@@ -229,6 +216,7 @@ tune_free_all (void)
  */
 struct probe {
   nbdkit_next *next;
+  struct tune *beside;                  /* set: a probe beside, cancelable */
   const struct geometry *geo;
   char *buf;
   uint32_t base;                        /* the smallest read */
@@ -253,6 +241,14 @@ probe_offset (const struct geometry *geo, uint32_t len, unsigned place)
                      max_u64 (len, geo->min));
 }
 
+/* Is the connection whose plugin context a probe beside reads ending? */
+static bool
+cancelled (struct tune *t)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+  return t->cancel;
+}
+
 /* Time a read of len bytes at a place; -1 on error.  The buffer is
  * touched first: the read times the plugin, not page faults.
  */
@@ -262,7 +258,7 @@ time_read (struct probe *p, uint32_t len, unsigned place)
   uint64_t start;
   int err;
 
-  if (stopping ())
+  if (p->beside && cancelled (p->beside))
     return -1;
   memset (p->buf, 0, len);
   p->reads++;
@@ -593,8 +589,10 @@ probe_done (struct prober *pr)
     if (measured)
       publish (t, found);
     else
-      snprintf (t->why, sizeof t->why, "not measured: static sizes");
-    if (measured && pr->beside) {
+      snprintf (t->why, sizeof t->why, "not measured%s: static sizes",
+                t->cancel ? " (the connection the probe read through "
+                "ended first)" : "");
+    if (measured && pr->p.beside) {
       size_t n = strlen (t->why);
       snprintf (t->why + n, sizeof t->why - n, " (from the next "
                 "connection on: probed beside the first)");
@@ -606,7 +604,7 @@ probe_done (struct prober *pr)
     pthread_cond_broadcast (&t->known);
   }
   prober_free (pr);
-  if (profile.file && measured && !stopping ())
+  if (profile.file && measured)
     tune_save ();
 }
 
@@ -614,60 +612,44 @@ static void *
 beside_thread (void *arg)
 {
   struct prober *pr = arg;
-  nbdkit_next *ctx = pr->p.next;
 
   probe_rest (pr);
-  ctx->finalize (ctx);
-  nbdkit_next_context_close (ctx);
   probe_done (pr);
   return NULL;
 }
 
 /* A plugin whose smallest read is this slow would hold the handshake
  * for a dozen such reads or more (half a second at 20 ms): the probe
- * goes on in a thread, through a context of its own, and the
- * connections made meanwhile keep the static sizes (clients are told
- * nothing, requests are sent whole) until the model is there: then
- * their requests are cut and their streams fetched by it, and later
- * connections are told its sizes.  Only a plugin that takes requests
- * in parallel can be read beside its connections.  False: the probe
- * goes on here.
+ * goes on in a thread, through the plugin context of the connection
+ * that started it (which carries its export name, as a context of the
+ * filter's own would not), and the connections made meanwhile keep the
+ * static sizes (clients are told nothing, requests are sent whole)
+ * until the model is there: then their requests are cut and their
+ * streams fetched by it, and later connections are told its sizes.
+ * Only a stack that takes requests in parallel may be read beside its
+ * connection.  The connection's end stops the probe (tune_release).
+ * False: the probe goes on here.
  */
 static bool
-go_beside (struct prober *pr, nbdkit_backend *backend)
+go_beside (struct prober *pr, const void *lender)
 {
   struct tune *t = pr->t;
-  nbdkit_next *ctx;
-  int err;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
-  if (!reshape_cfg.parallel_ok || backend == NULL ||
+  if (!reshape_cfg.parallel_ok || lender == NULL ||
       pr->p.flat < BESIDE_NS)
     return false;
-  /* Shared: the context outlives the connection that opened it. */
-  ctx = nbdkit_next_context_open (backend, 1, t->name, 1);
-  if (ctx == NULL)
-    return false;
-  if (ctx->prepare (ctx) == -1) {
-    nbdkit_next_context_close (ctx);
-    return false;
-  }
-  if (ctx->get_size (ctx) != (int64_t) pr->geo.exportsize) {
-    ctx->finalize (ctx);
-    nbdkit_next_context_close (ctx);
-    return false;
-  }
-  pr->p.next = ctx;
-  pr->beside = true;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
-  t->beside = true;
-  err = pthread_create (&t->thread, NULL, beside_thread, pr);
-  if (err) {
-    t->beside = pr->beside = false;
-    ctx->finalize (ctx);
-    nbdkit_next_context_close (ctx);
+  t->cancel = false;
+  pr->p.beside = t;
+  if (pthread_create (&t->thread, NULL, beside_thread, pr) != 0) {
+    pr->p.beside = NULL;
     return false;
   }
   t->joinable = true;
+  t->lender = lender;
+  t->beside = true;
+  /* Connections waiting for the first read go on now. */
+  pthread_cond_broadcast (&t->known);
   if (reshape_debug_tune)
     nbdkit_debug ("reshape: tune: export '%s': a %" PRIu32 "K read took "
                   "%.1f ms: the probe goes on beside the connections",
@@ -675,27 +657,58 @@ go_beside (struct prober *pr, nbdkit_backend *backend)
   return true;
 }
 
+/* Take t's probe thread to join, if lender is whose context it reads
+ * (NULL: any), and tell it to stop.  Lock held.
+ */
+static bool
+take_thread (struct tune *t, const void *lender, pthread_t *th)
+{
+  if (!t->joinable || (lender && t->lender != lender))
+    return false;
+  *th = t->thread;
+  t->joinable = false;
+  t->lender = NULL;
+  t->cancel = true;
+  return true;
+}
+
 /* The thread of an earlier probe beside the connections, which has
- * ended (t->state is no longer PROBING) or is ending: joined before
- * another starts.  Lock held on entry and on return.
+ * ended (t->state is no longer PROBING): joined before another starts.
+ * Lock held on entry and on return.
  */
 static void
 join_ended (struct tune *t)
 {
-  pthread_t th = t->thread;
+  pthread_t th;
 
-  if (!t->joinable)
+  if (!take_thread (t, NULL, &th))
     return;
-  t->joinable = false;
   /* It may be saving the profile, which takes t->lock. */
   pthread_mutex_unlock (&t->lock);
   pthread_join (th, NULL);
   pthread_mutex_lock (&t->lock);
 }
 
+/* The first read, which decides whether the probe holds the handshake:
+ * one slow enough to go beside is read again (a first read may pay for
+ * the plugin's or the process's warming up).
+ */
+static void
+probe_first (struct prober *pr)
+{
+  struct probe *p = &pr->p;
+
+  p->flat = time_base (p);
+  if (p->flat >= BESIDE_NS) {
+    double again = time_fresh (p, p->base);
+    if (again >= 0 && again < p->flat)
+      p->flat = again;
+  }
+}
+
 void
 tune_probe (struct tune *t, nbdkit_next *next, const struct geometry *geo,
-            nbdkit_backend *backend)
+            const void *lender)
 {
   struct prober *pr;
 
@@ -737,39 +750,27 @@ tune_probe (struct tune *t, nbdkit_next *next, const struct geometry *geo,
   /* The probe fills a scratch copy: connections that kept the static
    * sizes after an earlier probe failed read t without the lock.
    */
-  pr->p.flat = time_base (&pr->p);
-  if (go_beside (pr, backend))
+  probe_first (pr);
+  if (go_beside (pr, lender))
     return;
   probe_rest (pr);
   probe_done (pr);
 }
 
 void
-tune_stop (void)
+tune_release (struct tune *t, const void *lender)
 {
+  pthread_t th;
+  bool took;
+
+  if (t == NULL)
+    return;
   {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&stop.lock);
-    stop.stopping = true;
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+    took = take_thread (t, lender, &th);
   }
-  for (;;) {
-    pthread_t th;
-    bool found = false;
-    struct tune *t;
-    {
-      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&all.lock);
-      for (t = all.list; t && !found; t = t->next) {
-        ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
-        if (t->joinable) {
-          th = t->thread;
-          t->joinable = false;
-          found = true;
-        }
-      }
-    }
-    if (!found)
-      return;
+  if (took)
     pthread_join (th, NULL);
-  }
 }
 
 /* The sizes are set once, before measured (model_ready). */

@@ -38,19 +38,20 @@ extern void tune_free_all (void);
 /* What the first connection to an export learns by timed reads of
  * growing sizes (later connections wait for it and reuse it), unless
  * a profile (tune_load) already told.  A plugin too slow to hold the
- * handshake for that is probed beside the connections, through a
- * context of its own opened on backend (NULL: never beside), and
- * connections made meanwhile keep the static sizes.  Never fails: a
- * plugin that cannot be measured keeps the static guesses.
+ * handshake for that is probed beside the connections, in a thread
+ * reading through this connection's next, and connections made
+ * meanwhile keep the static sizes; lender (the connection; NULL:
+ * never beside) must call tune_release before next is gone.  Never
+ * fails: a plugin that cannot be measured keeps the static guesses.
  */
 extern void tune_probe (struct tune *t, nbdkit_next *next,
-                        const struct geometry *geo,
-                        nbdkit_backend *backend);
+                        const struct geometry *geo, const void *lender);
 
-/* At .cleanup: a probe beside the connections stops at its next read,
- * and its thread is joined.
+/* The connection lender is ending: a probe reading through its next
+ * stops at its next read (nothing is learnt; the next connection
+ * probes again), and its thread is joined.
  */
-extern void tune_stop (void);
+extern void tune_release (struct tune *t, const void *lender);
 
 /* The sizes picked for a connection with this geometry: the size told
  * to clients as preferred, the unit that writes are staged in and
