@@ -639,7 +639,6 @@ go_beside (struct prober *pr, const void *lender)
   if (!reshape_cfg.parallel_ok || lender == NULL ||
       pr->p.flat < BESIDE_NS)
     return false;
-  t->cancel = false;
   pr->p.beside = t;
   if (pthread_create (&t->thread, NULL, beside_thread, pr) != 0) {
     pr->p.beside = NULL;
@@ -738,6 +737,7 @@ tune_probe (struct tune *t, nbdkit_next *next, const struct geometry *geo,
       join_ended (t);                   /* then look again */
     }
     t->state = PROBING;
+    t->cancel = false;
   }
   pr = prober_new (t, next, geo);
   if (pr == NULL) {
