@@ -5,7 +5,8 @@
 #   - the first connection is not held: told 4K (nothing), as without
 #     the filter; connections made after the probe are told what it
 #     found; data written and read before and after the model came is
-#     right.  Over the model plugin (bench/model-plugin.c), and over
+#     right, and so is a stream of 4K reads after it, which grains
+#     fetched ahead serve.  Over the model plugin (bench/model-plugin.c), and over
 #     the file plugin's dir= mode, whose exports have names, under the
 #     delay filter;
 #   - connections that arrive while the first read is timed go on with
@@ -42,14 +43,33 @@ while True:
     time.sleep(0.2)
 assert told >= least, "later connections told %d" % told
 assert first.pread(8 << 20, 0) == want, "read after the model: wrong"
+
+# The first connection was told nothing: a stream of 4K reads, 64 in
+# flight, is fetched by grains, ahead of it.
+got = bytearray(8 << 20)
+bufs = []
+for off in range(0, 8 << 20, 4096):
+    b = nbd.Buffer(4096)
+    first.aio_pread(b, off)
+    bufs.append((off, b))
+    while first.aio_in_flight() >= 64:
+        first.poll(-1)
+while first.aio_in_flight() > 0:
+    first.poll(-1)
+for off, b in bufs:
+    got[off:off + 4096] = b.to_bytearray()
+assert got == want, "a stream of 4K reads after the model: wrong"
 print("%s: first connection told 4096; later ones %d; data checked" %
       (uri.split("?")[0], told))
 EOF
 
-# beside CHECK-STATS nbdkit-words...: run beside.py, stderr checked.
+# beside URI AHEAD nbdkit-words...: run beside.py, stderr checked;
+# AHEAD=yes: its stream must have been fetched ahead (the model
+# plugin's grain is smaller than the pool can lend; not under the
+# checkers, which slow the probe's reads out of shape).
 beside ()
 {
-  local uri=$1; shift
+  local uri=$1 ahead=$2 n; shift 2
   rm -f "$tmp/stats"
   nbdkit -U - --filter="$FILTER" "$@" reshape-stats="$tmp/stats" \
     --run "/usr/bin/python3 $tmp/beside.py \"$uri\" $least" 2> "$tmp/err" ||
@@ -58,11 +78,15 @@ beside ()
   grep -q 'probed beside the first' "$tmp/stats" ||
     fail "the probe did not go beside the first connection"
   ! grep -i 'error' "$tmp/err" || fail "errors logged"
+  n=$(awk '/^grains fetched ahead/ {print $NF}' "$tmp/stats")
+  echo "grains fetched ahead of the stream: $n"
+  [ "$ahead" != yes ] || [ -n "${RESHAPE_CHECK:-}" ] || test "$n" -ge 1 ||
+    fail "the 4K stream was not fetched ahead"
 }
-beside '$uri' "$MODEL" size=64M latency=30ms bandwidth=100M
+beside '$uri' yes "$MODEL" size=64M latency=30ms bandwidth=100M
 mkdir "$tmp/dir"
 truncate -s 64M "$tmp/dir/disk.img"
-beside 'nbd+unix:///disk.img?socket=$unixsocket' --filter=delay \
+beside 'nbd+unix:///disk.img?socket=$unixsocket' no --filter=delay \
   file dir="$tmp/dir" delay-read=30ms
 
 # 3 s per request: two connections at once are told 4K after the first

@@ -93,13 +93,21 @@ nbdkit -U - --filter="$FILTER" "$MODEL" $clusters calls="$tmp/calls" \
   reshape-stats="$tmp/stats" \
   --run "/usr/bin/python3 $tmp/stream.py \$uri"
 reads=$(beyond_probe "$tmp/calls" "$tmp/stats")
-grains=$(awk '/^grains fetched/ {print $NF}' "$tmp/stats")
-echo "2M clusters, 256K stream: $reads plugin reads, $grains grains"
+fetches=$(awk '/^grains fetched for streams/ {print $NF}' "$tmp/stats")
+ahead=$(awk '/^grains fetched ahead/ {print $NF}' "$tmp/stats")
+echo "2M clusters, 256K stream: $reads plugin reads, $fetches fetches" \
+  "($ahead ahead of the stream)"
 grep -A4 'reshape-size=auto' "$tmp/stats"
 # 32 clusters (a few fetched twice, where the stream starts and reads
 # race the first fetches); 256 reads if nothing was coalesced.
 test "$reads" -le 40 ||
   fail "the 256K stream was not fetched a cluster at a time ($reads reads)"
+# The stream keeps reading: its fetches grow to 4 clusters (the 8M
+# readahead cap), and come before it reaches them.  A cluster at a
+# time would be 32 fetches.
+test "$fetches" -le 16 ||
+  fail "the stream's fetches did not grow ($fetches fetches)"
+test "$ahead" -ge 1 || fail "nothing was fetched ahead of the stream"
 
 # qemu-img convert reads 2M at a time: never cut.
 qemu-img create -q -f raw "$tmp/src.img" 64M

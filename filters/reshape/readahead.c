@@ -22,6 +22,15 @@
  *   of them faster than PLUGIN_SLOW_NS (memory, or files in the page
  *   cache, which the kernel reads ahead already) gets no window.
  *
+ * reshape-size=auto adds grains, for pipelining clients too: where the
+ * plugin's cost is flat up to a grain larger than a read (tune.c), a
+ * small read in a stream that no window serves fetches the aligned
+ * grain that holds it; a stream that goes on fetches twice as many
+ * grains each time, up to reshape-readahead, and one that keeps
+ * several reads in flight has its next grains fetched before it
+ * reaches them.  A fetch is claimed and begun in the cache at once, so
+ * that the stream's other reads wait for it rather than fetch again.
+ *
  * Whether readahead runs at all (reshape-readahead, write-back without
  * multi-conn) is reshape.c's decision.
  */
@@ -54,6 +63,8 @@ readahead_init (struct readahead *ra)
   ra->reading = 0;
   ra->alone = 0;
   ra->latency = UINT64_MAX;
+  ra->ahead_lo = ra->ahead_hi = 0;
+  ra->deep = false;
 }
 
 void
@@ -101,18 +112,26 @@ next_window (struct readahead *ra, const struct geometry *geo,
 
   *near = ra->next != UINT64_MAX &&
     offset + reach >= ra->next && offset <= ra->next + reach;
+  if (!*near) {                         /* the stream broke off */
+    ra->ahead_lo = ra->ahead_hi = 0;
+    ra->deep = false;
+  }
 
   /* A pipelining client's queue runs empty now and then (between its
    * work chunks): only a run of reads that each came alone counts.
    */
   if (++ra->reading > 1)
-    ra->alone = 0;
+    ra->alone = 0, ra->deep = true;
   else if (ra->alone < ALONE_RUN)
     ra->alone++;
+  /* A pipelining stream fetched by grains has them fetched ahead of
+   * it (ahead_due); reads served from the cache come one at a time
+   * and would look alone.
+   */
   if (offset != ra->next)
     ra->latency = UINT64_MAX;           /* a new stream: time it anew */
   else if (ra->alone >= ALONE_RUN && ra->latency != UINT64_MAX &&
-           ra->latency >= PLUGIN_SLOW_NS) {
+           ra->latency >= PLUGIN_SLOW_NS && !(ra->deep && ra->ahead_hi)) {
     w = ra->window ? ra->window * 2 : geo->size;
     if (w > cap)
       w = cap;
@@ -140,35 +159,59 @@ read_done (struct readahead *ra, uint64_t took_ns)
     ra->latency = took_ns;
 }
 
-/* Read [lo, hi) into the cache, then serve the client. */
+/* The client's read, straight through (none: a fetch ahead). */
+static int
+direct (const struct down *down, void *buf, uint32_t count,
+        uint64_t offset, int *err)
+{
+  return buf ? down->pread (down->opaque, buf, count, offset, err) : 0;
+}
+
+/* Read [f->lo, f->hi), a fill begun in the cache, into it, then serve
+ * the client's read (buf; NULL: nobody waits for it, it is fetched
+ * ahead).
+ */
+static int
+fill_begun (struct cache *cache, const struct io *io,
+            const struct down *down, struct cache_fill *f,
+            void *buf, uint32_t count, uint64_t offset, int *err)
+{
+  const uint32_t len = f->hi - f->lo;
+  char *data = NULL;
+  int r;
+
+  /* Staged writes in the window go first.  Where some stay staged
+   * (held by a request, or refused by the plugin), the window would
+   * keep what the plugin has instead of them: read directly, as when
+   * there is no memory to spare.  Reads waiting for the fill then read
+   * for themselves.  (This never waits for a staged block: a read
+   * waiting for the fill may hold one.)
+   */
+  if (!down->window_ok (down->opaque, f->lo, f->hi) ||
+      (data = pool_get (POOL_REQUEST, len)) == NULL) {
+    cache_fill_end (cache, f, NULL, 0, false);
+    return direct (down, buf, count, offset, err);
+  }
+  r = split_pread_as (io, data, len, f->lo, true, err);
+  if (r == 0) {
+    if (buf)
+      memcpy (buf, data + (offset - f->lo), count);
+    stats_add (C_RA_FILLED, len);
+  }
+  if (!cache_fill_end (cache, f, data, len, r == 0))
+    pool_put (POOL_REQUEST, data, len);
+  return r;
+}
+
 static int
 fill (struct cache *cache, const struct io *io, const struct down *down,
       uint64_t lo, uint64_t hi, void *buf, uint32_t count, uint64_t offset,
       int *err)
 {
-  const uint32_t len = hi - lo;
   struct cache_fill f;
-  char *data;
-  int r;
 
-  /* Staged writes in the window go first.  Where some stay staged
-   * (held by a request, or refused by the plugin), the window would
-   * keep what the plugin has instead of them: read directly.
-   */
-  if (!down->window_ok (down->opaque, lo, hi))
-    return down->pread (down->opaque, buf, count, offset, err);
-  data = pool_get (POOL_REQUEST, len);
-  if (data == NULL)                  /* no memory to spare: read directly */
-    return down->pread (down->opaque, buf, count, offset, err);
   cache_fill_begin (cache, &f, lo, hi);
-  r = split_pread_as (io, data, len, lo, true, err);
-  if (r == 0) {
-    memcpy (buf, data + (offset - lo), count);
-    stats_add (C_RA_FILLED, len);
-  }
-  if (!cache_fill_end (cache, &f, data, len, r == 0))
-    pool_put (POOL_REQUEST, data, len);
-  return r;
+  return fill_begun (cache, io, down, &f, buf, count, offset, err);
 }
 
 /* The window [offset, offset+window) from the grain holding offset
@@ -190,26 +233,146 @@ window_range (const struct io *io, uint32_t window, uint32_t count,
   *hi = min_u64 (*hi, geo->exportsize);
 }
 
-/* reshape-size=auto found the plugin's cost flat up to a grain larger
- * than this read (a cluster decoded whole, a latency that dwarfs the
- * transfer): in a stream, fetch the aligned grain that holds the read,
- * once, for the neighbours that come with it.  Random reads go
- * directly (a grain each would cost them nothing but bandwidth, and
- * bring nothing).  False if the read is not for a grain.
+/* The grain of reshape-size=auto, if small reads of count bytes are
+ * worth fetching as grains (the cost is flat up to a grain larger than
+ * they are, and the pool can lend one); else 0.
  */
-static bool
-grain_range (const struct io *io, uint32_t count, uint64_t offset,
-             uint64_t *lo, uint64_t *hi)
+static uint32_t
+stream_grain (const struct io *io, uint32_t count)
 {
   struct tune_sizes s = { 0 };
 
   if (io->tune)
     tune_sizes (io->tune, &s);
   if (s.grain <= count || s.grain > pool_largest (POOL_REQUEST))
+    return 0;
+  return s.grain;
+}
+
+/* The stream's next fetch after its last: twice as many grains, up
+ * to the largest window, clipped at the end of the export; recorded as
+ * the stream's last fetch and begun in the cache (f), so that a read
+ * that finds it claimed finds it there to wait for.  Lock held.
+ */
+static void
+claim_after (struct readahead *ra, struct cache *cache,
+             const struct io *io, uint32_t grain, struct cache_fill *f)
+{
+  const uint64_t last = ra->ahead_hi - ra->ahead_lo;
+  const uint64_t cap = max_u64 (round_down (window_cap (io->geo), grain),
+                                grain);
+  const uint64_t len = min_u64 (max_u64 (2 * last, grain), cap);
+  const uint64_t lo = ra->ahead_hi;
+
+  ra->ahead_lo = lo;
+  ra->ahead_hi = min_u64 (lo + len, io->geo->exportsize);
+  cache_fill_begin (cache, f, ra->ahead_lo, ra->ahead_hi);
+}
+
+/* What a small read in a stream that missed the cache does about
+ * grains (reshape-size=auto found the plugin's cost flat up to a grain
+ * larger than the read: a cluster decoded whole, a latency that dwarfs
+ * the transfer).  It fetches the aligned grain that holds it, once,
+ * for the neighbours that come with it; where the stream goes on from
+ * its last fetch, twice as many grains as then (cut into pieces that
+ * run at once: split.c), so that a stream that keeps reading fetches
+ * far enough ahead to overlap the plugin's latency.  Random reads go
+ * directly (a grain each would cost them nothing but bandwidth, and
+ * bring nothing).
+ */
+enum grain_plan {
+  GRAIN_NONE,               /* not for grains: read directly */
+  GRAIN_WAIT,               /* the stream's last fetch holds it */
+  GRAIN_FETCH,              /* f is begun: fetch it */
+};
+
+static enum grain_plan
+grain_plan (struct readahead *ra, struct cache *cache, const struct io *io,
+            uint32_t grain, uint32_t count, uint64_t offset,
+            struct cache_fill *f)
+{
+  const uint64_t lo = round_down (offset, grain);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&ra->lock);
+
+  if (offset + count > lo + grain)      /* across two grains */
+    return GRAIN_NONE;
+  if (lo == ra->ahead_hi) {
+    claim_after (ra, cache, io, grain, f);
+    return GRAIN_FETCH;
+  }
+  if (ra->ahead_lo <= lo && lo < ra->ahead_hi)
+    return GRAIN_WAIT;
+  /* A read ahead of the stream's fetches starts a new run; one behind
+   * them (a straggler, or a grain the cache gave up) fetches its grain
+   * alone.
+   */
+  if (lo > ra->ahead_hi)
+    ra->ahead_lo = ra->ahead_hi = lo;
+  cache_fill_begin (cache, f, lo, min_u64 (lo + grain, io->geo->exportsize));
+  if (ra->ahead_hi == lo)
+    ra->ahead_hi = f->hi;
+  return GRAIN_FETCH;
+}
+
+/* A read served from the cache half way or more through the stream's
+ * last fetch, in a stream that keeps several reads in flight (nbdcopy
+ * keeps 64; no window serves it; reads served from the cache come and
+ * go one at a time, so any two in flight together count): the next
+ * grains are due now, before
+ * the stream reaches them (begun in f).  This read waits for them (the
+ * filter has no thread of its own to read with); the others in flight
+ * go on.  A client that waits for each read has windows instead (one
+ * waiting here would wait for the plugin on a read the cache holds).
+ */
+static bool
+ahead_due (struct readahead *ra, struct cache *cache, const struct io *io,
+           uint32_t count, uint64_t offset, struct cache_fill *f)
+{
+  const uint32_t grain = stream_grain (io, count);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&ra->lock);
+
+  if (grain == 0 || ra->window || !ra->deep ||
+      ra->ahead_hi <= ra->ahead_lo || ra->ahead_hi >= io->geo->exportsize)
     return false;
-  *lo = round_down (offset, s.grain);
-  *hi = min_u64 (*lo + s.grain, io->geo->exportsize);
-  return offset + count <= *hi;
+  if (offset < ra->ahead_lo || offset >= ra->ahead_hi ||
+      offset + count <= ra->ahead_lo + (ra->ahead_hi - ra->ahead_lo) / 2)
+    return false;
+  claim_after (ra, cache, io, grain, f);
+  return true;
+}
+
+/* A small read in a stream, by grains (grain_plan). */
+static int
+grain_read (struct readahead *ra, struct cache *cache, const struct io *io,
+            const struct down *down, uint32_t grain,
+            void *buf, uint32_t count, uint64_t offset, int *err)
+{
+  struct cache_fill f;
+
+  /* A fetch in progress may hold it: the stream's own, or another
+   * connection's to the export.
+   */
+  if (cache_wait_fill (cache, offset, offset + count) &&
+      cache_read (cache, offset, count, buf)) {
+    stats_add (C_RA_HITS, 1);
+    return 0;
+  }
+  switch (grain_plan (ra, cache, io, grain, count, offset, &f)) {
+  case GRAIN_FETCH:
+    stats_add (C_RA_GRAINS, 1);
+    return fill_begun (cache, io, down, &f, buf, count, offset, err);
+  case GRAIN_WAIT:
+    cache_wait_fill (cache, offset, offset + count);
+    if (cache_read (cache, offset, count, buf)) {
+      stats_add (C_RA_HITS, 1);
+      return 0;
+    }
+    /* The fetch failed, or was not kept: this read alone. */
+    break;
+  case GRAIN_NONE:
+    break;
+  }
+  return down->pread (down->opaque, buf, count, offset, err);
 }
 
 int
@@ -220,6 +383,8 @@ readahead_pread (struct readahead *ra, struct cache *cache,
   uint32_t window;
   uint64_t took = 0;                    /* a direct read's time */
   uint64_t lo, hi;
+  struct cache_fill f;
+  uint32_t grain;
   bool near;
   int r;
 
@@ -232,24 +397,21 @@ readahead_pread (struct readahead *ra, struct cache *cache,
   if (cache_read (cache, offset, count, buf)) {
     stats_add (C_RA_HITS, 1);
     r = 0;
+    if (near && ahead_due (ra, cache, io, count, offset, &f)) {
+      int ignored;                      /* not this read's error */
+
+      stats_add (C_RA_GRAINS, 1);
+      stats_add (C_RA_AHEAD, 1);
+      fill_begun (cache, io, down, &f, NULL, 0, 0, &ignored);
+    }
   }
   else if (window) {
     stats_add (C_RA_MISSES, 1);
     window_range (io, window, count, offset, &lo, &hi);
     r = fill (cache, io, down, lo, hi, buf, count, offset, err);
   }
-  else if (near && grain_range (io, count, offset, &lo, &hi)) {
-    /* A neighbour may be fetching it already. */
-    if (cache_wait_fill (cache, offset, offset + count) &&
-        cache_read (cache, offset, count, buf)) {
-      stats_add (C_RA_HITS, 1);
-      r = 0;
-    }
-    else {
-      stats_add (C_RA_GRAINS, 1);
-      r = fill (cache, io, down, lo, hi, buf, count, offset, err);
-    }
-  }
+  else if (near && (grain = stream_grain (io, count)) != 0)
+    r = grain_read (ra, cache, io, down, grain, buf, count, offset, err);
   else {
     const uint64_t start = now_ns ();
 

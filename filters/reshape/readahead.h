@@ -23,7 +23,10 @@ struct readahead {
   uint32_t window;          /* current window, 0 = not sequential */
   unsigned reading;         /* small reads of this connection in flight */
   unsigned alone;           /* reads in a row that came with no other */
+  bool deep;                /* the stream had reads in flight together */
   uint64_t latency;         /* ns, fastest direct read of this stream */
+  uint64_t ahead_lo;        /* the grains last fetched for the stream */
+  uint64_t ahead_hi;        /* (reshape-size=auto), 0 = none */
 };
 
 extern void readahead_init (struct readahead *ra);

@@ -32,6 +32,7 @@ enum stats_counter {
   C_RA_FILLED,         /* bytes read ahead */
   C_RA_WINDOW,         /* largest readahead window used */
   C_RA_GRAINS,         /* grains fetched for reads in a stream (auto) */
+  C_RA_AHEAD,          /* of them, fetched ahead of a pipelined stream */
   C_WB_STAGED,         /* bytes of small writes staged */
   C_WB_WRITTEN,        /* staged bytes written back */
   C_WB_FAILED,         /* write-backs the plugin failed (kept staged) */
