@@ -16,7 +16,7 @@
 
 #include "ranges.h"
 
-#define LEN 256
+#define LEN 1024
 
 static void
 check (const struct ranges *s, const unsigned char *model, unsigned seed)
@@ -53,7 +53,7 @@ main (int argc, char *argv[])
   for (round = 0; round < 20000; round++) {
     struct ranges s = { .nr = 0 };
     unsigned char model[LEN] = { 0 };
-    unsigned n = 1 + rand () % 80;
+    unsigned n = 1 + rand () % (4 * RANGES_MAX);
     const unsigned longest = rand () % 2 ? 3 : 24;
 
     while (n--) {
