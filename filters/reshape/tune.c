@@ -49,8 +49,10 @@
  * plugin's maximum) until cutting is measured to be faster.  For every
  * request larger than 2 G, the model L + s/B, run on as many lanes as
  * helper threads are free, proposes the best cut; if it promises to be
- * at least 25% faster, every 4th request of that size class is cut
- * there until both options have a few samples, then every 16th tries
+ * at least 25% faster, every 4th request of that size class (every
+ * 2nd if it promises twice as fast: a client may send only a few such
+ * requests) is cut there until both options have a few samples, then
+ * every 16th tries
  * the option not in use, and the option measured faster (by 15%, end
  * to end) is kept.  So a request is never cut below its own size
  * unless the plugin's maximum demands it or cutting was measured to be
@@ -89,6 +91,8 @@ NBDKIT_DLL_PUBLIC int reshape_debug_tune;
 #define PREFERRED_CAP (8 * 1024 * 1024)
 #define FAST_PREFERRED (64 * 1024)
 #define EXPLORE_FIRST 4                 /* until both are measured */
+#define EXPLORE_EAGER 2                 /* ... if the model promises */
+#define BIG_GAIN 2.0                    /* ... twice as fast */
 #define EXPLORE_EVERY 16
 #define EXPLORE_RARELY 256
 #define SWITCH 0.87                     /* the other option wins by 15% */
@@ -857,7 +861,8 @@ tune_cut_begin (struct tune *t, enum tune_dir d, uint64_t count,
   b = &t->bandits[d][class_of (count)];
   if (!b->used) {
     *b = (struct bandit) { .used = true, .cut = false,
-                           .every = EXPLORE_FIRST };
+                           .every = gain >= BIG_GAIN ? EXPLORE_EAGER
+                                                     : EXPLORE_FIRST };
     if (reshape_debug_tune)
       nbdkit_debug ("reshape: tune: '%s' %s of %" PRIu64 "K: %s (the "
                     "model: %.2fx faster cut at %" PRIu64 "K, to be "
