@@ -164,34 +164,62 @@ cache_read (struct cache *c, uint64_t offset, uint32_t count, void *dst)
   return true;
 }
 
+/* A fill in progress that covers [lo, hi), or NULL.  Lock held. */
+static struct cache_fill *
+covering (struct cache *c, uint64_t lo, uint64_t hi)
+{
+  struct cache_fill *f;
+
+  for (f = c->fills; f; f = f->next)
+    if (f->lo <= lo && hi <= f->hi)
+      return f;
+  return NULL;
+}
+
 bool
 cache_wait_fill (struct cache *c, uint64_t lo, uint64_t hi)
 {
-  struct cache_fill *f;
   bool waited = false;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
 
- again:
-  for (f = c->fills; f; f = f->next)
-    if (f->lo <= lo && hi <= f->hi) {
-      waited = true;
-      pthread_cond_wait (&c->filled, &c->lock);
-      goto again;
-    }
+  while (covering (c, lo, hi)) {
+    waited = true;
+    pthread_cond_wait (&c->filled, &c->lock);
+  }
   return waited;
+}
+
+/* Link f in as a fill of [lo, hi).  Lock held. */
+static void
+link_fill (struct cache *c, struct cache_fill *f, uint64_t lo, uint64_t hi)
+{
+  f->lo = lo;
+  f->hi = hi;
+  f->stale = false;
+  __atomic_add_fetch (&live.fills_active, 1, __ATOMIC_SEQ_CST);
+  f->next = c->fills;
+  c->fills = f;
 }
 
 void
 cache_fill_begin (struct cache *c, struct cache_fill *f,
                   uint64_t lo, uint64_t hi)
 {
-  f->lo = lo;
-  f->hi = hi;
-  f->stale = false;
-  __atomic_add_fetch (&live.fills_active, 1, __ATOMIC_SEQ_CST);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
-  f->next = c->fills;
-  c->fills = f;
+  link_fill (c, f, lo, hi);
+}
+
+bool
+cache_fill_begin_unless (struct cache *c, struct cache_fill *f,
+                         uint64_t lo, uint64_t hi,
+                         uint64_t want_lo, uint64_t want_hi)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
+
+  if (covering (c, want_lo, want_hi))
+    return false;
+  link_fill (c, f, lo, hi);
+  return true;
 }
 
 /* Drop every entry overlapping [lo, hi).  Lock held. */

@@ -41,6 +41,12 @@ extern bool cache_wait_fill (struct cache *c, uint64_t lo, uint64_t hi);
 /* Before reading [lo, hi) from the plugin to keep it. */
 extern void cache_fill_begin (struct cache *c, struct cache_fill *f,
                               uint64_t lo, uint64_t hi);
+/* The same, unless a fill in progress covers [want_lo, want_hi) (then
+ * false, and nothing is begun: wait for that one).
+ */
+extern bool cache_fill_begin_unless (struct cache *c, struct cache_fill *f,
+                                     uint64_t lo, uint64_t hi,
+                                     uint64_t want_lo, uint64_t want_hi);
 /* After: keeps buf (a POOL_REQUEST buffer of len bytes at f->lo)
  * unless the fill went stale or failed (ok false) or the pool's cache
  * share has no room; returns whether it was kept.  A buffer not kept

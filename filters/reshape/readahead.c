@@ -16,7 +16,8 @@
  * - for a client that waits for each read before it sends the next.
  *   One that keeps several reads in flight hides the latency itself
  *   (and may skip holes it learnt of from extents, which a window
- *   would read), so its reads go straight through;
+ *   would read), so its reads get no window (grains, below, may serve
+ *   them);
  * - for a plugin with latency.  The reads that start a stream go
  *   straight to the plugin and are timed; a plugin that answered any
  *   of them faster than PLUGIN_SLOW_NS (memory, or files in the page
@@ -26,10 +27,13 @@
  * plugin's cost is flat up to a grain larger than a read (tune.c), a
  * small read in a stream that no window serves fetches the aligned
  * grain that holds it; a stream that goes on fetches twice as many
- * grains each time, up to reshape-readahead, and one that keeps
+ * grains each time, up to reshape-readahead (or one grain, if that is
+ * larger), and one that keeps
  * several reads in flight has its next grains fetched before it
  * reaches them.  A fetch is claimed and begun in the cache at once, so
- * that the stream's other reads wait for it rather than fetch again.
+ * that the stream's other reads wait for it rather than fetch again;
+ * a read the stream's fetches did not keep fetches its own grain.  A
+ * fetch that fails costs the client's read nothing: it is read alone.
  *
  * Whether readahead runs at all (reshape-readahead, write-back without
  * multi-conn) is reshape.c's decision.
@@ -200,6 +204,11 @@ fill_begun (struct cache *cache, const struct io *io,
   }
   if (!cache_fill_end (cache, f, data, len, r == 0))
     pool_put (POOL_REQUEST, data, len);
+  /* Bytes the client did not ask for may be what failed (a bad region
+   * megabytes ahead): its own read says whether it fails.
+   */
+  if (r == -1)
+    r = direct (down, buf, count, offset, err);
   return r;
 }
 
@@ -249,21 +258,32 @@ stream_grain (const struct io *io, uint32_t count)
   return s.grain;
 }
 
-/* The stream's next fetch after its last: twice as many grains, up
- * to the largest window, clipped at the end of the export; recorded as
- * the stream's last fetch and begun in the cache (f), so that a read
- * that finds it claimed finds it there to wait for.  Lock held.
+/* The largest fetch for a stream: the largest window, but at least a
+ * grain.
+ */
+static uint64_t
+run_cap (const struct io *io, uint32_t grain)
+{
+  return max_u64 (round_down (window_cap (io->geo), grain), grain);
+}
+
+/* The stream's next fetch after its last, up to need at least: twice
+ * as many grains as the last, up to run_cap, clipped at the end of
+ * the export; recorded as the stream's last fetch and begun in the
+ * cache (f), so that the stream's reads that find it claimed find it
+ * there to wait for.  Lock held.
  */
 static void
 claim_after (struct readahead *ra, struct cache *cache,
-             const struct io *io, uint32_t grain, struct cache_fill *f)
+             const struct io *io, uint32_t grain, uint64_t need,
+             struct cache_fill *f)
 {
   const uint64_t last = ra->ahead_hi - ra->ahead_lo;
-  const uint64_t cap = max_u64 (round_down (window_cap (io->geo), grain),
-                                grain);
-  const uint64_t len = min_u64 (max_u64 (2 * last, grain), cap);
   const uint64_t lo = ra->ahead_hi;
+  uint64_t len = min_u64 (max_u64 (2 * last, grain), run_cap (io, grain));
 
+  if (need > lo)
+    len = max_u64 (len, need - lo);
   ra->ahead_lo = lo;
   ra->ahead_hi = min_u64 (lo + len, io->geo->exportsize);
   cache_fill_begin (cache, f, ra->ahead_lo, ra->ahead_hi);
@@ -274,16 +294,17 @@ claim_after (struct readahead *ra, struct cache *cache,
  * larger than the read: a cluster decoded whole, a latency that dwarfs
  * the transfer).  It fetches the aligned grain that holds it, once,
  * for the neighbours that come with it; where the stream goes on from
- * its last fetch, twice as many grains as then (cut into pieces that
- * run at once: split.c), so that a stream that keeps reading fetches
- * far enough ahead to overlap the plugin's latency.  Random reads go
- * directly (a grain each would cost them nothing but bandwidth, and
- * bring nothing).
+ * its last fetch (or a little past its end: a client's reads in flight
+ * arrive out of order), the next run of twice as many grains as then
+ * (cut into pieces that run at once: split.c), so that a stream that
+ * keeps reading fetches far enough ahead to overlap the plugin's
+ * latency.  Random reads go directly (a grain each would cost them
+ * nothing but bandwidth, and bring nothing).
  */
 enum grain_plan {
   GRAIN_NONE,               /* not for grains: read directly */
-  GRAIN_WAIT,               /* the stream's last fetch holds it */
-  GRAIN_FETCH,              /* f is begun: fetch it */
+  GRAIN_RUN,                /* f is begun, the stream's next run */
+  GRAIN_ALONE,              /* its grain, [f->lo, f->hi), not begun */
 };
 
 static enum grain_plan
@@ -292,37 +313,41 @@ grain_plan (struct readahead *ra, struct cache *cache, const struct io *io,
             struct cache_fill *f)
 {
   const uint64_t lo = round_down (offset, grain);
+  const uint64_t hi = min_u64 (lo + grain, io->geo->exportsize);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&ra->lock);
 
   if (offset + count > lo + grain)      /* across two grains */
     return GRAIN_NONE;
-  if (lo == ra->ahead_hi) {
-    claim_after (ra, cache, io, grain, f);
-    return GRAIN_FETCH;
+  if (lo >= ra->ahead_hi && ra->ahead_hi > ra->ahead_lo &&
+      hi - ra->ahead_hi <= run_cap (io, grain)) {
+    claim_after (ra, cache, io, grain, hi, f);
+    return GRAIN_RUN;
   }
-  if (ra->ahead_lo <= lo && lo < ra->ahead_hi)
-    return GRAIN_WAIT;
-  /* A read ahead of the stream's fetches starts a new run; one behind
-   * them (a straggler, or a grain the cache gave up) fetches its grain
-   * alone.
+  if (lo >= ra->ahead_hi) {             /* a new run starts here */
+    ra->ahead_lo = lo;
+    ra->ahead_hi = hi;
+    cache_fill_begin (cache, f, lo, hi);
+    return GRAIN_RUN;
+  }
+  /* Within or behind the stream's runs: a read racing the run that
+   * holds it, or one whose grain the run did not keep (a write made
+   * it stale, the cache gave it up): its grain alone, if no fill in
+   * progress holds it.
    */
-  if (lo > ra->ahead_hi)
-    ra->ahead_lo = ra->ahead_hi = lo;
-  cache_fill_begin (cache, f, lo, min_u64 (lo + grain, io->geo->exportsize));
-  if (ra->ahead_hi == lo)
-    ra->ahead_hi = f->hi;
-  return GRAIN_FETCH;
+  f->lo = lo;
+  f->hi = hi;
+  return GRAIN_ALONE;
 }
 
 /* A read served from the cache half way or more through the stream's
  * last fetch, in a stream that keeps several reads in flight (nbdcopy
  * keeps 64; no window serves it; reads served from the cache come and
  * go one at a time, so any two in flight together count): the next
- * grains are due now, before
- * the stream reaches them (begun in f).  This read waits for them (the
- * filter has no thread of its own to read with); the others in flight
- * go on.  A client that waits for each read has windows instead (one
- * waiting here would wait for the plugin on a read the cache holds).
+ * grains are due now, before the stream reaches them (begun in f).
+ * This read waits for them (the filter has no thread of its own to
+ * read with); the others in flight go on.  A client that waits for
+ * each read has windows instead (one waiting here would wait for the
+ * plugin on a read the cache holds).
  */
 static bool
 ahead_due (struct readahead *ra, struct cache *cache, const struct io *io,
@@ -337,7 +362,7 @@ ahead_due (struct readahead *ra, struct cache *cache, const struct io *io,
   if (offset < ra->ahead_lo || offset >= ra->ahead_hi ||
       offset + count <= ra->ahead_lo + (ra->ahead_hi - ra->ahead_lo) / 2)
     return false;
-  claim_after (ra, cache, io, grain, f);
+  claim_after (ra, cache, io, grain, 0, f);
   return true;
 }
 
@@ -348,8 +373,9 @@ grain_read (struct readahead *ra, struct cache *cache, const struct io *io,
             void *buf, uint32_t count, uint64_t offset, int *err)
 {
   struct cache_fill f;
+  unsigned tries;
 
-  /* A fetch in progress may hold it: the stream's own, or another
+  /* A fill in progress may hold it: the stream's own, or another
    * connection's to the export.
    */
   if (cache_wait_fill (cache, offset, offset + count) &&
@@ -358,18 +384,27 @@ grain_read (struct readahead *ra, struct cache *cache, const struct io *io,
     return 0;
   }
   switch (grain_plan (ra, cache, io, grain, count, offset, &f)) {
-  case GRAIN_FETCH:
+  case GRAIN_NONE:
+    break;
+  case GRAIN_RUN:
     stats_add (C_RA_GRAINS, 1);
     return fill_begun (cache, io, down, &f, buf, count, offset, err);
-  case GRAIN_WAIT:
-    cache_wait_fill (cache, offset, offset + count);
-    if (cache_read (cache, offset, count, buf)) {
-      stats_add (C_RA_HITS, 1);
-      return 0;
+  case GRAIN_ALONE:
+    /* A fill begun since is waited for; a few times at most, if
+     * writes keep making what they fetch stale.
+     */
+    for (tries = 0; tries < 3; tries++) {
+      if (cache_fill_begin_unless (cache, &f, f.lo, f.hi,
+                                   offset, offset + count)) {
+        stats_add (C_RA_GRAINS, 1);
+        return fill_begun (cache, io, down, &f, buf, count, offset, err);
+      }
+      cache_wait_fill (cache, offset, offset + count);
+      if (cache_read (cache, offset, count, buf)) {
+        stats_add (C_RA_HITS, 1);
+        return 0;
+      }
     }
-    /* The fetch failed, or was not kept: this read alone. */
-    break;
-  case GRAIN_NONE:
     break;
   }
   return down->pread (down->opaque, buf, count, offset, err);
