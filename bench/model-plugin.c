@@ -14,6 +14,9 @@
  * one of decoders=N decoders (the CPUs it may use; 0: no limit).  So
  * reading a 2M cluster in eight 256K requests decodes it eight times.
  *
+ * For tests, bad-offset=SIZE bad-length=SIZE makes reads touching that
+ * region fail with EIO (while bad-file=FILE exists, if given).
+ *
  *   nbdkit ./model-plugin.so size=64M latency=1ms bandwidth=400M \
  *          [cluster=2M decode=5ms decoders=2] [serialize=true] [calls=FILE]
  */
@@ -29,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <sys/mman.h>
 
 #define NBDKIT_API_VERSION 2
@@ -45,6 +49,8 @@ static unsigned decoding;
 static pthread_mutex_t decoder_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t decoder_free = PTHREAD_COND_INITIALIZER;
 static char *calls_file;
+static int64_t bad_offset = -1, bad_length;  /* reads touching it fail */
+static char *bad_file;                       /* ... while this exists */
 static char *disk;
 static size_t disk_len;
 static pthread_mutex_t disk_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -112,6 +118,16 @@ model_config (const char *key, const char *value)
   }
   else if (strcmp (key, "calls") == 0)
     calls_file = nbdkit_absolute_path (value);
+  else if (strcmp (key, "bad-offset") == 0) {
+    if ((bad_offset = nbdkit_parse_size (value)) == -1)
+      return -1;
+  }
+  else if (strcmp (key, "bad-length") == 0) {
+    if ((bad_length = nbdkit_parse_size (value)) == -1)
+      return -1;
+  }
+  else if (strcmp (key, "bad-file") == 0)
+    bad_file = nbdkit_absolute_path (value);
   else {
     nbdkit_error ("unknown parameter '%s'", key);
     return -1;
@@ -158,6 +174,7 @@ model_unload (void)
     }
   }
   free (calls_file);
+  free (bad_file);
   if (disk)
     munmap (disk, disk_len);
 }
@@ -256,12 +273,30 @@ decode (uint32_t count, uint64_t offset)
   return 0;
 }
 
+/* Does a read of [offset, offset+count) touch the bad region (tests:
+ * a plugin failing where the client does not read)?
+ */
+static bool
+bad_read (uint32_t count, uint64_t offset)
+{
+  if (bad_offset < 0 || offset >= (uint64_t) bad_offset + bad_length ||
+      offset + count <= (uint64_t) bad_offset)
+    return false;
+  return bad_file == NULL || access (bad_file, F_OK) == 0;
+}
+
 static int
 model_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
              uint32_t flags)
 {
   if (wait_for (count, &reads) == -1 || decode (count, offset) == -1)
     return -1;
+  if (bad_read (count, offset)) {
+    nbdkit_error ("model: a read of the bad region (%" PRIu32 " bytes at "
+                  "%" PRIu64 ")", count, offset);
+    errno = EIO;
+    return -1;
+  }
   pthread_mutex_lock (&disk_lock);
   memcpy (buf, disk + offset, count);
   pthread_mutex_unlock (&disk_lock);
@@ -309,7 +344,8 @@ static struct nbdkit_plugin plugin = {
   .config            = model_config,
   .config_help       = "size=SIZE latency=TIME bandwidth=BYTES/S "
                        "cluster=SIZE decode=TIME decoders=N "
-                       "serialize=BOOL calls=FILE",
+                       "serialize=BOOL calls=FILE bad-offset=SIZE "
+                       "bad-length=SIZE bad-file=FILE",
   .get_ready         = model_get_ready,
   .unload            = model_unload,
   .thread_model      = model_thread_model,

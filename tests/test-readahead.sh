@@ -53,3 +53,25 @@ if [ -z "${RESHAPE_CHECK:-}" ]; then
   echo "waiting client, plugin without latency: $fills fills, $hits hits"
   test "$fills" = 0 || fail "readahead filled windows for a fast plugin"
 fi
+
+# A plugin that fails where the client does not read (the model
+# plugin's bad region, 14M-15M): a window over it fails, but the
+# client's own reads are read alone and succeed, and the window starts
+# again from the smallest (not one failing 8M window per read: 2048 of
+# them between 6M and 14M).
+touch "$tmp/bad"
+nbdkit -U - --filter="$FILTER" "$MODEL" size=32M latency=1ms \
+  bandwidth=400M bad-offset=14M bad-length=1M bad-file="$tmp/bad" \
+  reshape-size=256K \
+  --run '/usr/bin/python3 -c "
+import nbd, sys
+h = nbd.NBD(); h.connect_uri(sys.argv[1])
+for i in range(14 * 256):
+    assert h.pread(4096, i * 4096) == bytes(4096), \"wrong data\"
+print(\"read 14M 4K at a time, one read at a time\")
+" "$uri"' 2> "$tmp/err" ||
+  { cat "$tmp/err"; fail "a read failed for bytes it did not ask for"; }
+failed=$(grep -c 'bad region' "$tmp/err" || :)
+echo "plugin reads of the bad region: $failed"
+test "$failed" -ge 1 || fail "no window reached the bad region"
+test "$failed" -le 200 || fail "windows kept trying the bad region"

@@ -163,6 +163,20 @@ read_done (struct readahead *ra, uint64_t took_ns)
     ra->latency = took_ns;
 }
 
+/* A fill of the stream failed: its window and its run of grains start
+ * again from the smallest, else every read after would try the same
+ * failing fill first.
+ */
+static void
+stream_failed (struct readahead *ra)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&ra->lock);
+
+  ra->window = 0;
+  ra->latency = UINT64_MAX;
+  ra->ahead_lo = ra->ahead_hi = 0;
+}
+
 /* The client's read, straight through (none: a fetch ahead). */
 static int
 direct (const struct down *down, void *buf, uint32_t count,
@@ -176,7 +190,7 @@ direct (const struct down *down, void *buf, uint32_t count,
  * ahead).
  */
 static int
-fill_begun (struct cache *cache, const struct io *io,
+fill_begun (struct readahead *ra, struct cache *cache, const struct io *io,
             const struct down *down, struct cache_fill *f,
             void *buf, uint32_t count, uint64_t offset, int *err)
 {
@@ -207,20 +221,22 @@ fill_begun (struct cache *cache, const struct io *io,
   /* Bytes the client did not ask for may be what failed (a bad region
    * megabytes ahead): its own read says whether it fails.
    */
-  if (r == -1)
+  if (r == -1) {
+    stream_failed (ra);
     r = direct (down, buf, count, offset, err);
+  }
   return r;
 }
 
 static int
-fill (struct cache *cache, const struct io *io, const struct down *down,
-      uint64_t lo, uint64_t hi, void *buf, uint32_t count, uint64_t offset,
-      int *err)
+fill (struct readahead *ra, struct cache *cache, const struct io *io,
+      const struct down *down, uint64_t lo, uint64_t hi,
+      void *buf, uint32_t count, uint64_t offset, int *err)
 {
   struct cache_fill f;
 
   cache_fill_begin (cache, &f, lo, hi);
-  return fill_begun (cache, io, down, &f, buf, count, offset, err);
+  return fill_begun (ra, cache, io, down, &f, buf, count, offset, err);
 }
 
 /* The window [offset, offset+window) from the grain holding offset
@@ -388,7 +404,7 @@ grain_read (struct readahead *ra, struct cache *cache, const struct io *io,
     break;
   case GRAIN_RUN:
     stats_add (C_RA_GRAINS, 1);
-    return fill_begun (cache, io, down, &f, buf, count, offset, err);
+    return fill_begun (ra, cache, io, down, &f, buf, count, offset, err);
   case GRAIN_ALONE:
     /* A fill begun since is waited for; a few times at most, if
      * writes keep making what they fetch stale.
@@ -397,7 +413,7 @@ grain_read (struct readahead *ra, struct cache *cache, const struct io *io,
       if (cache_fill_begin_unless (cache, &f, f.lo, f.hi,
                                    offset, offset + count)) {
         stats_add (C_RA_GRAINS, 1);
-        return fill_begun (cache, io, down, &f, buf, count, offset, err);
+        return fill_begun (ra, cache, io, down, &f, buf, count, offset, err);
       }
       cache_wait_fill (cache, offset, offset + count);
       if (cache_read (cache, offset, count, buf)) {
@@ -437,13 +453,13 @@ readahead_pread (struct readahead *ra, struct cache *cache,
 
       stats_add (C_RA_GRAINS, 1);
       stats_add (C_RA_AHEAD, 1);
-      fill_begun (cache, io, down, &f, NULL, 0, 0, &ignored);
+      fill_begun (ra, cache, io, down, &f, NULL, 0, 0, &ignored);
     }
   }
   else if (window) {
     stats_add (C_RA_MISSES, 1);
     window_range (io, window, count, offset, &lo, &hi);
-    r = fill (cache, io, down, lo, hi, buf, count, offset, err);
+    r = fill (ra, cache, io, down, lo, hi, buf, count, offset, err);
   }
   else if (near && (grain = stream_grain (io, count)) != 0)
     r = grain_read (ra, cache, io, down, grain, buf, count, offset, err);
