@@ -177,6 +177,20 @@ stream_failed (struct readahead *ra)
   ra->ahead_lo = ra->ahead_hi = 0;
 }
 
+/* A fill the cache did not keep (no room for it, or a write made it
+ * stale before it was in): if it was the stream's last run of grains,
+ * the next is half as long instead of twice, so that a cache too
+ * small for the runs is not sent ever larger ones to throw away.
+ */
+static void
+run_lost (struct readahead *ra, const struct cache_fill *f)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&ra->lock);
+
+  if (ra->ahead_lo == f->lo && ra->ahead_hi == f->hi)
+    ra->ahead_lo = f->hi - (f->hi - f->lo) / 4;
+}
+
 /* The client's read, straight through (none: a fetch ahead). */
 static int
 direct (const struct down *down, void *buf, uint32_t count,
@@ -216,8 +230,11 @@ fill_begun (struct readahead *ra, struct cache *cache, const struct io *io,
       memcpy (buf, data + (offset - f->lo), count);
     stats_add (C_RA_FILLED, len);
   }
-  if (!cache_fill_end (cache, f, data, len, r == 0))
+  if (!cache_fill_end (cache, f, data, len, r == 0)) {
     pool_put (POOL_REQUEST, data, len);
+    if (r == 0)
+      run_lost (ra, f);
+  }
   /* Bytes the client did not ask for may be what failed (a bad region
    * megabytes ahead): its own read says whether it fails.
    */
@@ -360,8 +377,9 @@ grain_plan (struct readahead *ra, struct cache *cache, const struct io *io,
  * keeps 64; no window serves it; reads served from the cache come and
  * go one at a time, so any two in flight together count): the next
  * grains are due now, before the stream reaches them (begun in f).
- * This read waits for them (the filter has no thread of its own to
- * read with); the others in flight go on.  A client that waits for
+ * This read waits for them once it has let go of its write-back claim
+ * (readahead_fetch_ahead; the filter has no thread of its own to read
+ * with); the others in flight go on.  A client that waits for
  * each read has windows instead (one waiting here would wait for the
  * plugin on a read the cache holds).
  */
@@ -382,6 +400,23 @@ ahead_due (struct readahead *ra, struct cache *cache, const struct io *io,
   return true;
 }
 
+/* A fill in progress that holds the read (the stream's own, or another
+ * connection's to the export) serves it from the cache once done.
+ * The cache is read again only where one was waited for, or was seen
+ * to hold it (held): it missed a moment ago.
+ */
+static bool
+read_after_fill (struct cache *cache, bool held,
+                 void *buf, uint32_t count, uint64_t offset)
+{
+  if (!cache_wait_fill (cache, offset, offset + count) && !held)
+    return false;
+  if (!cache_read (cache, offset, count, buf))
+    return false;
+  stats_add (C_RA_HITS, 1);
+  return true;
+}
+
 /* A small read in a stream, by grains (grain_plan). */
 static int
 grain_read (struct readahead *ra, struct cache *cache, const struct io *io,
@@ -391,14 +426,8 @@ grain_read (struct readahead *ra, struct cache *cache, const struct io *io,
   struct cache_fill f;
   unsigned tries;
 
-  /* A fill in progress may hold it: the stream's own, or another
-   * connection's to the export.
-   */
-  if (cache_wait_fill (cache, offset, offset + count) &&
-      cache_read (cache, offset, count, buf)) {
-    stats_add (C_RA_HITS, 1);
+  if (read_after_fill (cache, false, buf, count, offset))
     return 0;
-  }
   switch (grain_plan (ra, cache, io, grain, count, offset, &f)) {
   case GRAIN_NONE:
     break;
@@ -415,11 +444,8 @@ grain_read (struct readahead *ra, struct cache *cache, const struct io *io,
         stats_add (C_RA_GRAINS, 1);
         return fill_begun (ra, cache, io, down, &f, buf, count, offset, err);
       }
-      cache_wait_fill (cache, offset, offset + count);
-      if (cache_read (cache, offset, count, buf)) {
-        stats_add (C_RA_HITS, 1);
+      if (read_after_fill (cache, true, buf, count, offset))
         return 0;
-      }
     }
     break;
   }
@@ -429,16 +455,17 @@ grain_read (struct readahead *ra, struct cache *cache, const struct io *io,
 int
 readahead_pread (struct readahead *ra, struct cache *cache,
                  const struct io *io, const struct down *down,
-                 void *buf, uint32_t count, uint64_t offset, int *err)
+                 void *buf, uint32_t count, uint64_t offset,
+                 struct ra_ahead *ahead, int *err)
 {
   uint32_t window;
   uint64_t took = 0;                    /* a direct read's time */
   uint64_t lo, hi;
-  struct cache_fill f;
   uint32_t grain;
   bool near;
   int r;
 
+  ahead->due = false;
   /* Requests of the optimal size or larger are already what the plugin
    * wants: no copy through the cache for them.
    */
@@ -448,13 +475,7 @@ readahead_pread (struct readahead *ra, struct cache *cache,
   if (cache_read (cache, offset, count, buf)) {
     stats_add (C_RA_HITS, 1);
     r = 0;
-    if (near && ahead_due (ra, cache, io, count, offset, &f)) {
-      int ignored;                      /* not this read's error */
-
-      stats_add (C_RA_GRAINS, 1);
-      stats_add (C_RA_AHEAD, 1);
-      fill_begun (ra, cache, io, down, &f, NULL, 0, 0, &ignored);
-    }
+    ahead->due = near && ahead_due (ra, cache, io, count, offset, &ahead->f);
   }
   else if (window) {
     stats_add (C_RA_MISSES, 1);
@@ -472,4 +493,18 @@ readahead_pread (struct readahead *ra, struct cache *cache,
   }
   read_done (ra, took);
   return r;
+}
+
+void
+readahead_fetch_ahead (struct readahead *ra, struct cache *cache,
+                       const struct io *io, const struct down *down,
+                       struct ra_ahead *ahead)
+{
+  int ignored;                          /* no client's error */
+
+  if (!ahead->due)
+    return;
+  stats_add (C_RA_GRAINS, 1);
+  stats_add (C_RA_AHEAD, 1);
+  fill_begun (ra, cache, io, down, &ahead->f, NULL, 0, 0, &ignored);
 }

@@ -36,9 +36,23 @@ extern void readahead_destroy (struct readahead *ra);
  * it (read through split.c), or passed down (down->pread) when neither
  * pays.  0, or -1 with *err set.
  */
+/* A fetch of the stream's next grains, due after a read served from
+ * the cache (reshape-size=auto, a pipelining stream): begun in the
+ * cache by readahead_pread, made by readahead_fetch_ahead once the
+ * read has let go of what it holds (its write-back claim).
+ */
+struct ra_ahead {
+  bool due;
+  struct cache_fill f;
+};
+
 extern int readahead_pread (struct readahead *ra, struct cache *cache,
                             const struct io *io, const struct down *down,
                             void *buf, uint32_t count, uint64_t offset,
-                            int *err);
+                            struct ra_ahead *ahead, int *err);
+extern void readahead_fetch_ahead (struct readahead *ra, struct cache *cache,
+                                   const struct io *io,
+                                   const struct down *down,
+                                   struct ra_ahead *ahead);
 
 #endif /* NBDKIT_RESHAPE_READAHEAD_H */

@@ -308,6 +308,7 @@ reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
   struct call c;
   struct down d;
   struct wb_claim claim;
+  struct ra_ahead ahead = { .due = false };
   int r;
 
   stats_client (OP_PREAD, count);
@@ -320,10 +321,11 @@ reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
   writeback_begin (&h->wb, &c.io, offset, offset + count, &claim);
   if (readahead_on (h))
     r = readahead_pread (&h->ra, h->exp->cache, &c.io, &d,
-                         buf, count, offset, err);
+                         buf, count, offset, &ahead, err);
   else
     r = down_pread (&c, buf, count, offset, err);
   writeback_end_read (&claim, buf, count, offset, r == 0);
+  readahead_fetch_ahead (&h->ra, h->exp->cache, &c.io, &d, &ahead);
   return r;
 }
 
