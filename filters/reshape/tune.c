@@ -11,7 +11,8 @@
  * stopping as soon as the shape is clear (the flat cost the others
  * are held to is the fastest read of the flat part):
  *
- *   - a 4K read answered in under PLUGIN_SLOW_NS: no latency to
+ *   - a 4K read answered in under PLUGIN_SLOW_NS, at once or when
+ *     read again at the same place (first_touch): no latency to
  *     amortize (memory, the page cache); nothing more to learn;
  *   - otherwise the cost stays flat while the size grows, up to the
  *     grain G (a per-call cost: latency, or a cluster decoded whole),
@@ -435,14 +436,38 @@ probe_shape (struct tune *t, struct probe *p, uint32_t limit)
  * millisecond or more is not repeated: it is a plugin with latency,
  * and every flat read of the probe lowers the flat cost if this one
  * was slow.  -1 on error.
+ *
+ * A read slow at a fresh place is also read again at the same place
+ * (first_touch).  If that is fast, what the first paid was bringing
+ * the bytes in: a plugin's memory faulted in (a huge page zeroed at
+ * first touch takes 0.1 ms; on a VM compacting memory, milliseconds),
+ * or a cache below filling.  Every request pays that once per region,
+ * whatever its size: it is no per-call cost, and larger requests
+ * would not amortize it (they cost the server and the client buffers
+ * instead: over such a plugin, nbdcopy told 2M ran a third slower
+ * than at its own 256K).  A plugin with latency pays it again.
  */
+static double
+first_touch (struct probe *p, double ts, unsigned place)
+{
+  double again;
+
+  if (ts < PLUGIN_SLOW_NS || ts >= FAST_RETRY_NS)
+    return ts;
+  again = time_read (p, p->base, place);
+  if (again < 0)
+    return -1;
+  return again < PLUGIN_SLOW_NS ? again : ts;
+}
+
 static double
 time_base (struct probe *p)
 {
   double t0 = -1;
 
   do {
-    double ts = time_fresh (p, p->base);
+    const unsigned place = p->place;
+    double ts = first_touch (p, time_fresh (p, p->base), place);
     if (ts < 0)
       return -1;
     t0 = t0 < 0 || ts < t0 ? ts : t0;
