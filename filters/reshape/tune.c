@@ -48,11 +48,12 @@
  *
  * Cutting large requests.  A request is sent whole (up to the
  * plugin's maximum) until cutting is measured to be faster.  For every
- * request larger than 2 G, the model L + s/B, run on as many lanes as
- * helper threads are free, proposes the best cut; if it promises to be
- * at least 25% faster, every 4th request of that size class (every
- * 2nd if it promises twice as fast: a client may send only a few such
- * requests) is cut there until both options have a few samples, then
+ * request larger than 2 G, the model L + s/B, run on the lanes the
+ * large requests in flight leave it (lanes), proposes the best cut;
+ * if it promises to be at least 25% faster, every 4th request of that
+ * size class (every 2nd read if it promises twice as fast: a client
+ * may send only a few such requests) is cut there until both options
+ * have a few samples, then
  * every 16th tries
  * the option not in use, and the option measured faster (by 15%, end
  * to end) is kept.  So a request is never cut below its own size
@@ -148,7 +149,7 @@ struct tune {
   /* Live traffic. */
   struct cost table[TUNE_DIRS][NCLASSES];
   struct bandit bandits[TUNE_DIRS][NCLASSES];
-  unsigned active;                      /* requests being cut, atomic */
+  unsigned inflight;                    /* requests timed, atomic */
   struct tune *next;
 };
 
@@ -822,17 +823,21 @@ tune_record (struct tune *t, enum tune_dir d, uint64_t bytes, uint64_t ns)
   __atomic_fetch_add (&c->ns, ns, __ATOMIC_RELAXED);
 }
 
-/* Lanes: the pieces of one request that run at once, given the
- * helpers shared by the requests being cut now.
+/* Lanes: the pieces of one request that run at once.  The plugin's
+ * parallelism (reshape-parallel, like nbdkit's threads) is shared by
+ * the large requests in flight, whole or cut: a client that keeps
+ * eight in flight gives the plugin eight streams already, and a
+ * request cut to run wider than its share only slows the others,
+ * while its own time, all that the measuring sees, looks faster.
  */
 static unsigned
 lanes (struct tune *t)
 {
-  unsigned active = __atomic_load_n (&t->active, __ATOMIC_RELAXED);
+  unsigned n = __atomic_load_n (&t->inflight, __ATOMIC_RELAXED);
 
   if (!reshape_cfg.parallel_ok)
     return 1;
-  return 1 + (reshape_cfg.parallel - 1) / max_u64 (active, 1);
+  return max_u64 (reshape_cfg.parallel / max_u64 (n, 1), 1);
 }
 
 /* The model's best cut of count bytes and its gain over whole. */
@@ -881,13 +886,17 @@ tune_cut_begin (struct tune *t, enum tune_dir d, uint64_t count,
   c->cls = -1;
   if (!model_ready (t) || t->fast || count < 2 * (uint64_t) t->grain)
     return min_u64 (count, max);
+  __atomic_add_fetch (&t->inflight, 1, __ATOMIC_RELAXED);
   cut = best_cut (t, count, max, &gain);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
   b = &t->bandits[d][class_of (count)];
   if (!b->used) {
+    /* The model comes from reads: for writes its promise is no more
+     * than a guess (a decoder's clusters cost reads, not writes).
+     */
     *b = (struct bandit) { .used = true, .cut = false,
-                           .every = gain >= BIG_GAIN ? EXPLORE_EAGER
-                                                     : EXPLORE_FIRST };
+                           .every = d == TUNE_READ && gain >= BIG_GAIN ?
+                                    EXPLORE_EAGER : EXPLORE_FIRST };
     if (reshape_debug_tune)
       nbdkit_debug ("reshape: tune: '%s' %s of %" PRIu64 "K: %s (the "
                     "model: %.2fx faster cut at %" PRIu64 "K, to be "
@@ -904,8 +913,6 @@ tune_cut_begin (struct tune *t, enum tune_dir d, uint64_t count,
   c->cut = b->cut != explore && cut < count;
   c->count = count;
   c->start_ns = now_ns ();
-  if (c->cut)
-    __atomic_add_fetch (&t->active, 1, __ATOMIC_RELAXED);
   return c->cut ? cut : min_u64 (count, max);
 }
 
@@ -919,8 +926,7 @@ tune_cut_end (struct tune *t, enum tune_dir d, const struct tune_choice *c,
 
   if (c->cls < 0)
     return;
-  if (c->cut)
-    __atomic_sub_fetch (&t->active, 1, __ATOMIC_RELAXED);
+  __atomic_sub_fetch (&t->inflight, 1, __ATOMIC_RELAXED);
   if (!ok)                      /* a failure's time tells nothing */
     return;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
