@@ -2,13 +2,13 @@
 # reshape-size=auto over a plugin too slow to hold the handshake for the
 # probe (30 ms per request): the probe goes on beside the connections,
 # reading through the first one's plugin context.
-#   - the first connection is not held: told 4K (nothing), as without
-#     the filter; connections made after the probe are told what it
-#     found; data written and read before and after the model came is
-#     right, and so is a stream of 4K reads after it, which grains
-#     fetched ahead serve.  Over the model plugin (bench/model-plugin.c), and over
-#     the file plugin's dir= mode, whose exports have names, under the
-#     delay filter;
+#   - the first connection is not held: told 256K (a 4K read took
+#     30 ms, and nothing more is known); connections made after the
+#     probe are told what it found; data written and read before and
+#     after the model came is right, and so is a stream of 4K reads
+#     after it, which grains fetched ahead serve.  Over the model
+#     plugin (bench/model-plugin.c), and over the file plugin's dir=
+#     mode, whose exports have names, under the delay filter;
 #   - connections that arrive while the first read is timed go on with
 #     it, and a probe still running when the connection ends stops
 #     (3 s per request: the probe would take 20 s or more).
@@ -28,7 +28,7 @@ uri, least = sys.argv[1], int(sys.argv[2])
 first = nbd.NBD()
 first.connect_uri(uri)
 told = first.get_block_size(nbd.SIZE_PREFERRED)
-assert told == 4096, "first connection told %d: held for the probe" % told
+assert told == 256 << 10, "first connection told %d: held for the probe" % told
 want = os.urandom(8 << 20)
 first.pwrite(want, 0)
 assert first.pread(8 << 20, 0) == want, "read before the model: wrong"
@@ -38,14 +38,14 @@ while True:
     h.connect_uri(uri)
     told = h.get_block_size(nbd.SIZE_PREFERRED)
     h.shutdown()
-    if told != 4096 or time.monotonic() > deadline:
+    if told != 256 << 10 or time.monotonic() > deadline:
         break
     time.sleep(0.2)
 assert told >= least, "later connections told %d" % told
 assert first.pread(8 << 20, 0) == want, "read after the model: wrong"
 
-# The first connection was told nothing: a stream of 4K reads, 64 in
-# flight, is fetched by grains, ahead of it.
+# A stream of 4K reads on the first connection, 64 in flight, is
+# fetched by grains, ahead of it.
 got = bytearray(8 << 20)
 bufs = []
 for off in range(0, 8 << 20, 4096):
@@ -59,7 +59,7 @@ while first.aio_in_flight() > 0:
 for off, b in bufs:
     got[off:off + 4096] = b.to_bytearray()
 assert got == want, "a stream of 4K reads after the model: wrong"
-print("%s: first connection told 4096; later ones %d; data checked" %
+print("%s: first connection told 256K; later ones %d; data checked" %
       (uri.split("?")[0], told))
 EOF
 
@@ -89,7 +89,7 @@ truncate -s 64M "$tmp/dir/disk.img"
 beside 'nbd+unix:///disk.img?socket=$unixsocket' no --filter=delay \
   file dir="$tmp/dir" delay-read=30ms
 
-# 3 s per request: two connections at once are told 4K after the first
+# 3 s per request: two connections at once are told 256K after the first
 # reads (two of 3 s), not after the probe; their end stops it.
 cat > "$tmp/two.py" <<'EOF'
 import nbd, sys, threading, time
@@ -105,7 +105,7 @@ ts = [threading.Thread(target=connect) for _ in range(2)]
 for t in ts: t.start()
 for t in ts: t.join()
 print("two connections at once: told, seconds:", res)
-assert [r[0] for r in res] == [4096, 4096], "not told 4096: %s" % res
+assert [r[0] for r in res] == [256 << 10] * 2, "not told 256K: %s" % res
 if len(sys.argv) > 2:
     assert max(r[1] for r in res) < 12, "a handshake waited for the probe"
 EOF

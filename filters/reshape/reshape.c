@@ -208,7 +208,7 @@ reshape_prepare (nbdkit_next *next, void *handle, int readonly)
    */
   if (reshape_cfg.size == 0) {
     tune_probe (h->exp->tune, next, &h->geo, h);
-    tune_sizes (h->exp->tune, &learnt);
+    tune_start_sizes (h->exp->tune, &learnt);
   }
   params_sizes (&h->geo, ppref, learnt.unit, learnt.preferred,
                 &h->preferred);

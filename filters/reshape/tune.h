@@ -64,6 +64,10 @@ struct tune_sizes {
   uint32_t grain;           /* cost is flat up to here: never cut below */
 };
 extern void tune_sizes (struct tune *t, struct tune_sizes *s);
+/* Those a new connection starts with: tune_sizes, or while the probe
+ * goes on beside the connections, a preferred size only.
+ */
+extern void tune_start_sizes (struct tune *t, struct tune_sizes *s);
 
 /* A plugin call of bytes took ns (split.c times every piece). */
 extern void tune_record (struct tune *t, enum tune_dir d, uint64_t bytes,
