@@ -15,7 +15,9 @@
  * reading a 2M cluster in eight 256K requests decodes it eight times.
  *
  * For tests, bad-offset=SIZE bad-length=SIZE makes reads touching that
- * region fail with EIO (while bad-file=FILE exists, if given).
+ * region fail with EIO (while bad-file=FILE exists, if given), and
+ * first-touch=TIME makes the first request to touch each 2M region
+ * wait TIME, once (memory faulted in a huge page at a time).
  *
  *   nbdkit ./model-plugin.so size=64M latency=1ms bandwidth=400M \
  *          [cluster=2M decode=5ms decoders=2] [serialize=true] [calls=FILE]
@@ -51,6 +53,9 @@ static pthread_cond_t decoder_free = PTHREAD_COND_INITIALIZER;
 static char *calls_file;
 static int64_t bad_offset = -1, bad_length;  /* reads touching it fail */
 static char *bad_file;                       /* ... while this exists */
+#define REGION (2 * 1024 * 1024)
+static uint64_t first_touch_ns;     /* the first access to a region */
+static unsigned char *touched;      /* per REGION: accessed yet */
 static char *disk;
 static size_t disk_len;
 static pthread_mutex_t disk_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -128,6 +133,12 @@ model_config (const char *key, const char *value)
   }
   else if (strcmp (key, "bad-file") == 0)
     bad_file = nbdkit_absolute_path (value);
+  else if (strcmp (key, "first-touch") == 0) {
+    if (parse_time (value, &first_touch_ns) == -1) {
+      nbdkit_error ("first-touch: cannot parse '%s'", value);
+      return -1;
+    }
+  }
   else {
     nbdkit_error ("unknown parameter '%s'", key);
     return -1;
@@ -158,6 +169,11 @@ model_get_ready (void)
 #ifdef MADV_HUGEPAGE
   madvise (disk, disk_len, MADV_HUGEPAGE);
 #endif
+  if (first_touch_ns &&
+      (touched = calloc (disk_len / REGION + 1, 1)) == NULL) {
+    nbdkit_error ("calloc: %m");
+    return -1;
+  }
   return 0;
 }
 
@@ -175,6 +191,7 @@ model_unload (void)
   }
   free (calls_file);
   free (bad_file);
+  free (touched);
   if (disk)
     munmap (disk, disk_len);
 }
@@ -259,6 +276,20 @@ decode_one (void)
   return r;
 }
 
+/* The first request to touch each region waits first_touch_ns. */
+static int
+touch (uint32_t count, uint64_t offset)
+{
+  uint64_t r, ns = 0;
+
+  if (touched == NULL || count == 0)
+    return 0;
+  for (r = offset / REGION; r <= (offset + count - 1) / REGION; r++)
+    if (!__atomic_exchange_n (&touched[r], 1, __ATOMIC_RELAXED))
+      ns += first_touch_ns;
+  return ns ? nbdkit_nanosleep (ns / 1000000000, ns % 1000000000) : 0;
+}
+
 /* A read decodes every cluster it touches, one after another. */
 static int
 decode (uint32_t count, uint64_t offset)
@@ -289,7 +320,8 @@ static int
 model_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
              uint32_t flags)
 {
-  if (wait_for (count, &reads) == -1 || decode (count, offset) == -1)
+  if (wait_for (count, &reads) == -1 || touch (count, offset) == -1 ||
+      decode (count, offset) == -1)
     return -1;
   if (bad_read (count, offset)) {
     nbdkit_error ("model: a read of the bad region (%" PRIu32 " bytes at "
@@ -307,7 +339,7 @@ static int
 model_pwrite (void *handle, const void *buf, uint32_t count,
               uint64_t offset, uint32_t flags)
 {
-  if (wait_for (count, &writes) == -1)
+  if (wait_for (count, &writes) == -1 || touch (count, offset) == -1)
     return -1;
   pthread_mutex_lock (&disk_lock);
   memcpy (disk + offset, buf, count);
@@ -345,7 +377,7 @@ static struct nbdkit_plugin plugin = {
   .config_help       = "size=SIZE latency=TIME bandwidth=BYTES/S "
                        "cluster=SIZE decode=TIME decoders=N "
                        "serialize=BOOL calls=FILE bad-offset=SIZE "
-                       "bad-length=SIZE bad-file=FILE",
+                       "bad-length=SIZE bad-file=FILE first-touch=TIME",
   .get_ready         = model_get_ready,
   .unload            = model_unload,
   .thread_model      = model_thread_model,

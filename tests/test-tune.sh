@@ -7,7 +7,9 @@
 #     2M (4M on a busy machine), a 2M read is never cut, and a
 #     client that ignores the hint and streams 256K reads with 64 in
 #     flight gets each cluster fetched once;
-#   - a plugin without latency: told 64K, requests not cut;
+#   - a plugin without latency: told 64K, requests not cut; and so is
+#     one whose only cost is the first touch of each 2M region (a
+#     read there again is fast);
 #   - 1 ms of latency at 400 MB/s per request: 32M reads are cut (the
 #     model and then the measurement say so);
 #   - reshape-profile=FILE: the second run starts from what the first
@@ -135,6 +137,14 @@ nbdkit -U - --filter="$FILTER" --filter=stats memory 64M \
 probe=$(probe_reads "$tmp/stats")
 grep -q "read: $((probe + 1)) ops" "$tmp/pstats" ||
   { cat "$tmp/pstats"; fail "memory: a 1M read was cut (want 1 read + the probe's $probe)"; }
+
+# 300 us the first time each 2M region is touched, nothing after: no
+# per-request cost to amortize (told 2M or more, a client would gain
+# nothing and pay for the buffers).  1G: the probe's places (32 of
+# them, evenly spread) are then each in a region of their own.
+p=$(preferred "$MODEL" size=1G first-touch=300us)
+test "$p" = 65536 || fail "first touch only: told $p, want 65536"
+echo "first touch only: told $p"
 
 # 1 ms + 400 MB/s: 32M reads are cut, whole they would take 4x as long.
 nbdkit -U - --filter="$FILTER" "$MODEL" size=512M latency=1ms \

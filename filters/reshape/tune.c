@@ -440,8 +440,9 @@ probe_shape (struct tune *t, struct probe *p, uint32_t limit)
  * and every flat read of the probe lowers the flat cost if this one
  * was slow.  -1 on error.
  *
- * A read slow at a fresh place is also read again at the same place
- * (first_touch).  If that is fast, what the first paid was bringing
+ * A read slow at a fresh place (but not slow enough to go beside) is
+ * also read again at the same place (first_touch): one read more for
+ * a plugin with latency.  If that is fast, what the first paid was bringing
  * the bytes in: a plugin's memory faulted in (a huge page zeroed at
  * first touch takes 0.1 ms; on a VM compacting memory, milliseconds),
  * or a cache below filling.  Every request pays that once per region,
@@ -455,7 +456,7 @@ first_touch (struct probe *p, double ts, unsigned place)
 {
   double again;
 
-  if (ts < PLUGIN_SLOW_NS || ts >= FAST_RETRY_NS)
+  if (ts < PLUGIN_SLOW_NS || ts >= BESIDE_NS)
     return ts;
   again = time_read (p, p->base, place);
   if (again < 0)
