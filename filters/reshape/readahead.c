@@ -178,7 +178,8 @@ stream_failed (struct readahead *ra)
 }
 
 /* A fill the cache did not keep (no room for it, or a write made it
- * stale before it was in): if it was the stream's last run of grains,
+ * stale before it was in), or not even made (no memory to lend, staged
+ * writes in its range): if it was the stream's last run of grains,
  * the next is half as long instead of twice, so that a cache too
  * small for the runs is not sent ever larger ones to throw away.
  */
@@ -222,6 +223,7 @@ fill_begun (struct readahead *ra, struct cache *cache, const struct io *io,
   if (!down->window_ok (down->opaque, f->lo, f->hi) ||
       (data = pool_get (POOL_REQUEST, len)) == NULL) {
     cache_fill_end (cache, f, NULL, 0, false);
+    run_lost (ra, f);
     return direct (down, buf, count, offset, err);
   }
   r = split_pread_as (io, data, len, f->lo, true, err);
@@ -313,7 +315,12 @@ claim_after (struct readahead *ra, struct cache *cache,
 {
   const uint64_t last = ra->ahead_hi - ra->ahead_lo;
   const uint64_t lo = ra->ahead_hi;
-  uint64_t len = min_u64 (max_u64 (2 * last, grain), run_cap (io, grain));
+  /* Whole grains (run_lost halves a run of any length): a run ending
+   * inside a grain would split it between two fetches, each paying
+   * for all of it.
+   */
+  uint64_t len = min_u64 (max_u64 (round_down (2 * last, grain), grain),
+                          run_cap (io, grain));
 
   if (need > lo)
     len = max_u64 (len, need - lo);

@@ -444,12 +444,14 @@ probe_shape (struct tune *t, struct probe *p, uint32_t limit)
  * also read again at the same place (first_touch): one read more for
  * a plugin with latency.  If that is fast, what the first paid was bringing
  * the bytes in: a plugin's memory faulted in (a huge page zeroed at
- * first touch takes 0.1 ms; on a VM compacting memory, milliseconds),
- * or a cache below filling.  Every request pays that once per region,
- * whatever its size: it is no per-call cost, and larger requests
- * would not amortize it (they cost the server and the client buffers
- * instead: over such a plugin, nbdcopy told 2M ran a third slower
- * than at its own 256K).  A plugin with latency pays it again.
+ * first touch takes 0.1 ms; on a VM compacting memory, milliseconds).
+ * Every request pays that once per region, whatever its size: it is
+ * no per-call cost, and larger requests would not amortize it (they
+ * cost the server and the client buffers instead: over such a plugin,
+ * nbdcopy told 2M ran a third slower than at its own 256K).  A plugin
+ * with latency pays it again.  A cache below the filter, over a plugin
+ * with latency, looks the same, and is then passed requests as they
+ * come, as without the filter: the safe side of the two mistakes.
  */
 static double
 first_touch (struct probe *p, double ts, unsigned place)
@@ -830,12 +832,14 @@ tune_sizes (struct tune *t, struct tune_sizes *s)
 void
 tune_start_sizes (struct tune *t, struct tune_sizes *s)
 {
-  tune_sizes (t, s);
-  if (s->preferred == 0) {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
-    if (t->beside)
-      s->preferred = SLOW_PREFERRED;
-  }
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+
+  if (t->measured)
+    *s = t->sizes;
+  else if (t->beside)
+    *s = (struct tune_sizes) { .preferred = SLOW_PREFERRED };
+  else
+    *s = (struct tune_sizes) { 0 };
 }
 
 void
