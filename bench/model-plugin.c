@@ -18,6 +18,9 @@
  * region fail with EIO (while bad-file=FILE exists, if given), and
  * first-touch=TIME makes the first request to touch each 2M region
  * wait TIME, once (memory faulted in a huge page at a time).
+ * prefault=true allocates the disk's memory at start, so that the
+ * machine's own page faults (milliseconds each on a VM compacting
+ * memory) do not blur the costs a test sets.
  *
  *   nbdkit ./model-plugin.so size=64M latency=1ms bandwidth=400M \
  *          [cluster=2M decode=5ms decoders=2] [serialize=true] [calls=FILE]
@@ -56,6 +59,7 @@ static char *bad_file;                       /* ... while this exists */
 #define REGION (2 * 1024 * 1024)
 static uint64_t first_touch_ns;     /* the first access to a region */
 static unsigned char *touched;      /* per REGION: accessed yet */
+static bool prefault;
 static char *disk;
 static size_t disk_len;
 static pthread_mutex_t disk_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -133,6 +137,12 @@ model_config (const char *key, const char *value)
   }
   else if (strcmp (key, "bad-file") == 0)
     bad_file = nbdkit_absolute_path (value);
+  else if (strcmp (key, "prefault") == 0) {
+    int b = nbdkit_parse_bool (value);
+    if (b == -1)
+      return -1;
+    prefault = b;
+  }
   else if (strcmp (key, "first-touch") == 0) {
     if (parse_time (value, &first_touch_ns) == -1) {
       nbdkit_error ("first-touch: cannot parse '%s'", value);
@@ -169,6 +179,8 @@ model_get_ready (void)
 #ifdef MADV_HUGEPAGE
   madvise (disk, disk_len, MADV_HUGEPAGE);
 #endif
+  if (prefault)
+    memset (disk, 0, disk_len);
   if (first_touch_ns &&
       (touched = calloc (disk_len / REGION + 1, 1)) == NULL) {
     nbdkit_error ("calloc: %m");
@@ -377,7 +389,7 @@ static struct nbdkit_plugin plugin = {
   .config_help       = "size=SIZE latency=TIME bandwidth=BYTES/S "
                        "cluster=SIZE decode=TIME decoders=N "
                        "serialize=BOOL calls=FILE bad-offset=SIZE "
-                       "bad-length=SIZE bad-file=FILE first-touch=TIME",
+                       "bad-length=SIZE bad-file=FILE first-touch=TIME prefault=BOOL",
   .get_ready         = model_get_ready,
   .unload            = model_unload,
   .thread_model      = model_thread_model,
