@@ -18,9 +18,11 @@
  * region fail with EIO (while bad-file=FILE exists, if given), and
  * first-touch=TIME makes the first request to touch each 2M region
  * wait TIME, once (memory faulted in a huge page at a time).
- * prefault=true allocates the disk's memory at start, so that the
- * machine's own page faults (milliseconds each on a VM compacting
- * memory) do not blur the costs a test sets.
+ * Reads of a 2M region never written return zeros without touching
+ * the disk's memory, and prefault=true allocates that memory at start
+ * (for writes), so that the machine's own page faults (milliseconds
+ * each on a VM compacting memory) do not blur the costs the model
+ * sets.
  *
  *   nbdkit ./model-plugin.so size=64M latency=1ms bandwidth=400M \
  *          [cluster=2M decode=5ms decoders=2] [serialize=true] [calls=FILE]
@@ -59,12 +61,24 @@ static char *bad_file;                       /* ... while this exists */
 #define REGION (2 * 1024 * 1024)
 static uint64_t first_touch_ns;     /* the first access to a region */
 static unsigned char *touched;      /* per REGION: accessed yet */
+static unsigned char *written;      /* per REGION: memory holds data */
 static bool prefault;
 static char *disk;
 static size_t disk_len;
 static pthread_mutex_t disk_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t calls, reads, writes, bytes;
 static uint64_t inflight, max_inflight;  /* requests at the same time */
+
+static int
+parse_bool (const char *value, bool *b)
+{
+  int r = nbdkit_parse_bool (value);
+
+  if (r == -1)
+    return -1;
+  *b = r;
+  return 0;
+}
 
 /* "1ms", "250us", "2" (seconds), "0.5" */
 static int
@@ -120,10 +134,8 @@ model_config (const char *key, const char *value)
       return -1;
   }
   else if (strcmp (key, "serialize") == 0) {
-    int b = nbdkit_parse_bool (value);
-    if (b == -1)
+    if (parse_bool (value, &serialize) == -1)
       return -1;
-    serialize = b;
   }
   else if (strcmp (key, "calls") == 0)
     calls_file = nbdkit_absolute_path (value);
@@ -138,10 +150,8 @@ model_config (const char *key, const char *value)
   else if (strcmp (key, "bad-file") == 0)
     bad_file = nbdkit_absolute_path (value);
   else if (strcmp (key, "prefault") == 0) {
-    int b = nbdkit_parse_bool (value);
-    if (b == -1)
+    if (parse_bool (value, &prefault) == -1)
       return -1;
-    prefault = b;
   }
   else if (strcmp (key, "first-touch") == 0) {
     if (parse_time (value, &first_touch_ns) == -1) {
@@ -181,8 +191,9 @@ model_get_ready (void)
 #endif
   if (prefault)
     memset (disk, 0, disk_len);
-  if (first_touch_ns &&
-      (touched = calloc (disk_len / REGION + 1, 1)) == NULL) {
+  if ((written = calloc (disk_len / REGION + 1, 1)) == NULL ||
+      (first_touch_ns &&
+       (touched = calloc (disk_len / REGION + 1, 1)) == NULL)) {
     nbdkit_error ("calloc: %m");
     return -1;
   }
@@ -204,6 +215,7 @@ model_unload (void)
   free (calls_file);
   free (bad_file);
   free (touched);
+  free (written);
   if (disk)
     munmap (disk, disk_len);
 }
@@ -328,6 +340,49 @@ bad_read (uint32_t count, uint64_t offset)
   return bad_file == NULL || access (bad_file, F_OK) == 0;
 }
 
+/* The part of [offset, offset+count) in the region holding offset. */
+static uint32_t
+region_part (uint32_t count, uint64_t offset)
+{
+  uint64_t end = (offset / REGION + 1) * REGION;
+
+  return end - offset < count ? end - offset : count;
+}
+
+/* Memory of regions never written is not touched: reads of it are
+ * zeros, zeroing it is nothing to do.  Called under disk_lock.
+ */
+static void
+copy_out (char *buf, uint32_t count, uint64_t offset)
+{
+  while (count > 0) {
+    uint32_t n = region_part (count, offset);
+
+    if (written[offset / REGION])
+      memcpy (buf, disk + offset, n);
+    else
+      memset (buf, 0, n);
+    buf += n; offset += n; count -= n;
+  }
+}
+
+static void
+copy_in (const char *buf, uint32_t count, uint64_t offset)
+{
+  while (count > 0) {
+    uint32_t n = region_part (count, offset);
+
+    if (buf) {
+      written[offset / REGION] = 1;
+      memcpy (disk + offset, buf, n);
+      buf += n;
+    }
+    else if (written[offset / REGION])
+      memset (disk + offset, 0, n);
+    offset += n; count -= n;
+  }
+}
+
 static int
 model_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
              uint32_t flags)
@@ -342,7 +397,7 @@ model_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
     return -1;
   }
   pthread_mutex_lock (&disk_lock);
-  memcpy (buf, disk + offset, count);
+  copy_out (buf, count, offset);
   pthread_mutex_unlock (&disk_lock);
   return 0;
 }
@@ -354,7 +409,7 @@ model_pwrite (void *handle, const void *buf, uint32_t count,
   if (wait_for (count, &writes) == -1 || touch (count, offset) == -1)
     return -1;
   pthread_mutex_lock (&disk_lock);
-  memcpy (disk + offset, buf, count);
+  copy_in (buf, count, offset);
   pthread_mutex_unlock (&disk_lock);
   return 0;
 }
@@ -365,7 +420,7 @@ model_zero (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
   if (wait_for (0, &writes) == -1)
     return -1;
   pthread_mutex_lock (&disk_lock);
-  memset (disk + offset, 0, count);
+  copy_in (NULL, count, offset);
   pthread_mutex_unlock (&disk_lock);
   return 0;
 }
