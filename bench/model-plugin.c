@@ -22,7 +22,9 @@
  * the disk's memory, and prefault=true allocates that memory at start
  * (for writes), so that the machine's own page faults (milliseconds
  * each on a VM compacting memory) do not blur the costs the model
- * sets.
+ * sets.  file=FILE keeps the disk in FILE instead (made beforehand at
+ * least size= long, e.g. fallocate'd in /dev/shm): writes then find
+ * its memory there from run to run, with no page fault at all.
  *
  *   nbdkit ./model-plugin.so size=64M latency=1ms bandwidth=400M \
  *          [cluster=2M decode=5ms decoders=2] [serialize=true] [calls=FILE]
@@ -31,6 +33,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -41,6 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #define NBDKIT_API_VERSION 2
 #include <nbdkit-plugin.h>
@@ -64,6 +68,8 @@ static unsigned char *touched;      /* per REGION: accessed yet */
 static unsigned char *written;      /* per REGION: memory holds data */
 static bool prefault;
 static char *disk;
+static char *disk_file;             /* file=: the disk, through disk_fd */
+static int disk_fd = -1;
 static size_t disk_len;
 static pthread_mutex_t disk_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t calls, reads, writes, bytes;
@@ -139,6 +145,8 @@ model_config (const char *key, const char *value)
   }
   else if (strcmp (key, "calls") == 0)
     calls_file = nbdkit_absolute_path (value);
+  else if (strcmp (key, "file") == 0)
+    disk_file = nbdkit_absolute_path (value);
   else if (strcmp (key, "bad-offset") == 0) {
     if ((bad_offset = nbdkit_parse_size (value)) == -1)
       return -1;
@@ -172,6 +180,21 @@ model_get_ready (void)
   if (size < 0) {
     nbdkit_error ("size= is required");
     return -1;
+  }
+  if (disk_file) {
+    struct stat st;
+
+    if ((disk_fd = open (disk_file, O_RDWR | O_CLOEXEC)) == -1 ||
+        fstat (disk_fd, &st) == -1) {
+      nbdkit_error ("%s: %m", disk_file);
+      return -1;
+    }
+    if (st.st_size < size) {
+      nbdkit_error ("file: %s is shorter than size=%" PRIi64, disk_file,
+                    size);
+      return -1;
+    }
+    return 0;
   }
   /* Anonymous memory, in huge pages where the kernel allows: a real
    * disk does not page-fault every 4K on first read, and faults are
@@ -214,6 +237,9 @@ model_unload (void)
   }
   free (calls_file);
   free (bad_file);
+  free (disk_file);
+  if (disk_fd >= 0)
+    close (disk_fd);
   free (touched);
   free (written);
   if (disk)
@@ -349,6 +375,32 @@ region_part (uint32_t count, uint64_t offset)
   return end - offset < count ? end - offset : count;
 }
 
+/* file=: the disk is disk_fd.  A write of buf NULL writes zeros (buf
+ * is written from, never to, when write is true).  Called under
+ * disk_lock.
+ */
+static int
+file_io (char *buf, uint32_t count, uint64_t offset, bool write)
+{
+  static const char zeros[65536];
+
+  while (count > 0) {
+    uint32_t n = buf || count < sizeof zeros ? count : sizeof zeros;
+    ssize_t r = write ? pwrite (disk_fd, buf ? buf : zeros, n, offset)
+      : pread (disk_fd, buf, n, offset);
+    if (r <= 0) {
+      nbdkit_error ("%s: %s: %m", write ? "pwrite" : "pread", disk_file);
+      if (r == 0)
+        errno = EIO;
+      return -1;
+    }
+    if (buf)
+      buf += r;
+    offset += r; count -= r;
+  }
+  return 0;
+}
+
 /* Memory of regions never written is not touched: reads of it are
  * zeros, zeroing it is nothing to do.  Called under disk_lock.
  */
@@ -383,6 +435,23 @@ copy_in (const char *buf, uint32_t count, uint64_t offset)
   }
 }
 
+/* The disk's part of a request, whole with respect to the others. */
+static int
+disk_io (char *buf, uint32_t count, uint64_t offset, bool write)
+{
+  int r = 0;
+
+  pthread_mutex_lock (&disk_lock);
+  if (disk_fd >= 0)
+    r = file_io (buf, count, offset, write);
+  else if (write)
+    copy_in (buf, count, offset);
+  else
+    copy_out (buf, count, offset);
+  pthread_mutex_unlock (&disk_lock);
+  return r;
+}
+
 static int
 model_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
              uint32_t flags)
@@ -396,10 +465,7 @@ model_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
     errno = EIO;
     return -1;
   }
-  pthread_mutex_lock (&disk_lock);
-  copy_out (buf, count, offset);
-  pthread_mutex_unlock (&disk_lock);
-  return 0;
+  return disk_io (buf, count, offset, false);
 }
 
 static int
@@ -408,10 +474,7 @@ model_pwrite (void *handle, const void *buf, uint32_t count,
 {
   if (wait_for (count, &writes) == -1 || touch (count, offset) == -1)
     return -1;
-  pthread_mutex_lock (&disk_lock);
-  copy_in (buf, count, offset);
-  pthread_mutex_unlock (&disk_lock);
-  return 0;
+  return disk_io ((char *) buf, count, offset, true);
 }
 
 static int
@@ -419,10 +482,7 @@ model_zero (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
   if (wait_for (0, &writes) == -1)
     return -1;
-  pthread_mutex_lock (&disk_lock);
-  copy_in (NULL, count, offset);
-  pthread_mutex_unlock (&disk_lock);
-  return 0;
+  return disk_io (NULL, count, offset, true);
 }
 
 static int
@@ -444,7 +504,8 @@ static struct nbdkit_plugin plugin = {
   .config_help       = "size=SIZE latency=TIME bandwidth=BYTES/S "
                        "cluster=SIZE decode=TIME decoders=N "
                        "serialize=BOOL calls=FILE bad-offset=SIZE "
-                       "bad-length=SIZE bad-file=FILE first-touch=TIME prefault=BOOL",
+                       "bad-length=SIZE bad-file=FILE first-touch=TIME prefault=BOOL "
+                       "file=FILE",
   .get_ready         = model_get_ready,
   .unload            = model_unload,
   .thread_model      = model_thread_model,
