@@ -11,7 +11,9 @@
 #     mode, whose exports have names, under the delay filter;
 #   - connections that arrive while the first read is timed go on with
 #     it, and a probe still running when the connection ends stops
-#     (3 s per request: the probe would take 20 s or more).
+#     (3 s per request: the probe would take 20 s or more);
+#   - a connection made while such a probe stops waits for it, then
+#     probes for itself (1 s per request).
 # Under make check-helgrind and check-valgrind too: the probe's thread
 # publishes the model while connections run.  (The checkers slow
 # everything, so there only "told something" and no timing is checked.)
@@ -120,3 +122,31 @@ took=$(( $(date +%s) - start ))
 echo "3 s per request: nbdkit exited after $took s"
 [ -z "$quick" ] || test "$took" -lt 18 ||
   fail "nbdkit waited for the probe ($took s)"
+
+# 1 s per request: a first connection starts the probe (its handshake
+# waits for two 1 s reads, then the probe goes beside) and ends; a
+# connection made while that probe stops (its read in flight lasts up
+# to 1 s) waits for it, then probes for itself, rather than keep the
+# static sizes with no probe to come.  (Made after the stop, it probes
+# anyway: the test cannot fail wrongly, only miss the window.)
+cat > "$tmp/after.py" <<'EOF2'
+import nbd, sys, threading, time
+first = nbd.NBD()
+first.connect_uri(sys.argv[1])
+ending = threading.Thread(target=first.shutdown)
+ending.start()
+time.sleep(0.2)
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+print("connection made as the first ended: told",
+      h.get_block_size(nbd.SIZE_PREFERRED))
+h.shutdown()
+ending.join()
+EOF2
+nbdkit -U - --filter="$FILTER" -v -D reshape.tune=1 "$MODEL" size=64M \
+  latency=1s --run "/usr/bin/python3 $tmp/after.py \$uri" \
+  2> "$tmp/err" || { cat "$tmp/err"; fail "after.py failed"; }
+grep 'tune:' "$tmp/err"
+n=$(grep -c 'the probe goes on beside the connections' "$tmp/err")
+test "$n" -eq 2 ||
+  fail "the connection made as the first ended did not probe ($n probes)"

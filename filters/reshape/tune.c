@@ -750,7 +750,11 @@ tune_probe (struct tune *t, nbdkit_next *next, const struct geometry *geo,
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
     for (;;) {
-      while (t->state == PROBING && !t->beside)
+      /* A probe beside whose connection ended stops at its next read:
+       * this connection waits for that (one plugin read at most), then
+       * probes itself, rather than keep the static sizes for good.
+       */
+      while (t->state == PROBING && (!t->beside || t->cancel))
         pthread_cond_wait (&t->known, &t->lock);
       /* A profile is checked against the first connection's geometry
        * only: once a connection uses what it says, nothing may change
