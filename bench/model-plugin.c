@@ -181,6 +181,15 @@ model_get_ready (void)
     nbdkit_error ("size= is required");
     return -1;
   }
+  /* Per region: written yet (memory), touched yet (first-touch=,
+   * whichever holds the disk).
+   */
+  if ((written = calloc (size / REGION + 1, 1)) == NULL ||
+      (first_touch_ns &&
+       (touched = calloc (size / REGION + 1, 1)) == NULL)) {
+    nbdkit_error ("calloc: %m");
+    return -1;
+  }
   if (disk_file) {
     struct stat st;
 
@@ -214,12 +223,6 @@ model_get_ready (void)
 #endif
   if (prefault)
     memset (disk, 0, disk_len);
-  if ((written = calloc (disk_len / REGION + 1, 1)) == NULL ||
-      (first_touch_ns &&
-       (touched = calloc (disk_len / REGION + 1, 1)) == NULL)) {
-    nbdkit_error ("calloc: %m");
-    return -1;
-  }
   return 0;
 }
 
@@ -389,9 +392,9 @@ file_io (char *buf, uint32_t count, uint64_t offset, bool write)
     ssize_t r = write ? pwrite (disk_fd, buf ? buf : zeros, n, offset)
       : pread (disk_fd, buf, n, offset);
     if (r <= 0) {
-      nbdkit_error ("%s: %s: %m", write ? "pwrite" : "pread", disk_file);
       if (r == 0)
-        errno = EIO;
+        errno = EIO;                    /* the file was cut short */
+      nbdkit_error ("%s: %s: %m", write ? "pwrite" : "pread", disk_file);
       return -1;
     }
     if (buf)

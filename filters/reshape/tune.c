@@ -809,8 +809,12 @@ tune_release (struct tune *t, const void *lender)
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
     took = take_thread (t, lender, &th);
   }
-  if (took)
-    pthread_join (th, NULL);
+  if (!took)
+    return;
+  if (reshape_debug_tune)
+    nbdkit_debug ("reshape: tune: export '%s': the connection the probe "
+                  "reads through is ending: the probe stops", t->name);
+  pthread_join (th, NULL);
 }
 
 /* The sizes are set once, before measured (model_ready). */
