@@ -13,7 +13,9 @@
 #     it, and a probe still running when the connection ends stops
 #     (3 s per request: the probe would take 20 s or more);
 #   - a connection made while such a probe stops waits for it, then
-#     probes for itself (2 s per request).
+#     probes for itself (2 s per request);
+#   - a probe beside a client that keeps the plugin busy gives up
+#     rather than learn a shape from reads that waited in its queue.
 # Under make check-helgrind and check-valgrind too: the probe's thread
 # publishes the model while connections run.  (The checkers slow
 # everything, so there only "told something" and no timing is checked.)
@@ -156,3 +158,47 @@ grep 'tune:' "$tmp/err"
 n=$(grep -c 'the probe goes on beside the connections' "$tmp/err")
 [ -z "$quick" ] || test "$n" -eq 2 ||
   fail "the connection made as the first ended did not probe ($n probes)"
+
+# A probe beside a busy client: over a plugin that decodes one 2M
+# cluster at a time (20 ms), the first connection keeps 8 reads in
+# flight, so that every probe read waits behind them.  Such reads say
+# nothing of the plugin's shape (all look alike: "flat" up to 16M, and
+# clients were told 8M for good): the probe gives up, and connections
+# after it are told 256K (probing again) or 2M (what the plugin is),
+# never more.
+cat > "$tmp/busy.py" <<'EOF2'
+import nbd, sys, time
+uri, log = sys.argv[1], sys.argv[2]
+h = nbd.NBD()
+h.connect_uri(uri)
+size = h.get_size()
+deadline = time.monotonic() + 120
+off, n, bufs = 0, 0, []
+while "tune: export '': not measured" not in open(log).read() and \
+      "tune: export '': cost flat" not in open(log).read():
+    assert time.monotonic() < deadline, "the probe never ended"
+    while h.aio_in_flight() < 8:
+        b = nbd.Buffer(256 << 10)
+        h.aio_pread(b, off)
+        n += 1
+        if len(bufs) < 64:
+            bufs.append(b)
+        off = (off + (256 << 10)) % size
+    h.poll(-1)
+while h.aio_in_flight() > 0:
+    h.poll(-1)
+assert all(b.to_bytearray() == bytes(256 << 10) for b in bufs), \
+    "a read of the busy connection: wrong"
+g = nbd.NBD()
+g.connect_uri(uri)
+told = g.get_block_size(nbd.SIZE_PREFERRED)
+print("after a probe beside %d reads: told %d" % (n, told))
+assert told in (256 << 10, 2 << 20), "told %d after a busy probe" % told
+g.shutdown()
+h.shutdown()
+EOF2
+nbdkit -U - --filter="$FILTER" -v -D reshape.tune=1 "$MODEL" size=64M \
+  latency=100us cluster=2M decode=20ms decoders=1 \
+  --run "/usr/bin/python3 $tmp/busy.py \$uri $tmp/err" \
+  2> "$tmp/err" || { cat "$tmp/err"; fail "busy.py failed"; }
+grep 'tune:' "$tmp/err"

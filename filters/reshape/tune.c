@@ -21,7 +21,8 @@
  *     it gives the bandwidth B of one stream (L + s/B for s > G).
  *     A read that looks above the flat cost is checked against a
  *     base read and read again, so that a busy machine's slow reads
- *     are not taken for the knee (see above_flat).
+ *     are not taken for the knee; a probe whose base reads slow down
+ *     (requests queued in front of its own) gives up (see above_flat).
  *
  * That costs ten to fifteen reads, most of them small (20 ms at 1 ms
  * and 400 MB/s, 0.1 s for 2M clusters decoded in 8 ms).  A plugin
@@ -231,6 +232,7 @@ struct probe {
   double flat;                          /* its fastest time so far */
   unsigned place;                       /* the next fresh place */
   unsigned reads;                       /* reads made */
+  unsigned busy;                        /* checks the plugin was busy for */
 };
 
 /* Each place is its own part of the export, so that no read finds
@@ -346,14 +348,24 @@ choose_sizes (struct tune *t)
  * filter runs, so a read that looks above the flat cost is checked,
  * twice: a read of the base size, then a read of s again, each at a
  * fresh place.  A check holds if the repeat is above both the flat
- * cost and the base read next to it (a burst of load slows the pair
- * alike).  s is above only if both checks hold: on a loaded machine
- * (a CI run beside other tests) two slow reads in a row were seen to
- * pass one check about once in twenty probes.  A repeat that looks
- * flat settles it the other way, and any doubt counts as flat.  1
- * above, 0 flat, -1 error; *ts is the fastest read of s.
+ * cost and the base read next to it.  s is above only if both checks
+ * hold: on a loaded machine (a CI run beside other tests) two slow
+ * reads in a row were seen to pass one check about once in twenty
+ * probes.  A repeat that looks flat settles it the other way.
+ *
+ * A base read above the flat cost settles nothing: the plugin is
+ * busier than when the flat cost was found, and a repeat slowed alike
+ * would pass for flat.  Every size would then look flat up to the
+ * largest read, and clients would be told 8M for good (seen beside a
+ * client keeping 8 reads in flight over a plugin that decodes one
+ * cluster at a time: every probe read waited 0.18 s behind the
+ * client's).  Such a check is made again, up to BUSY_CHECKS times a
+ * probe; then the probe gives up, and the next connection probes
+ * anew.  1 above, 0 flat, -1 error or busy; *ts is the fastest read
+ * of s.
  */
 #define CHECKS 2
+#define BUSY_CHECKS 4
 
 static int
 above_flat (struct probe *p, uint32_t s, double *ts)
@@ -366,15 +378,24 @@ above_flat (struct probe *p, uint32_t s, double *ts)
     p->flat = *ts < p->flat ? *ts : p->flat;
     return 0;
   }
-  for (k = 0; k < CHECKS; k++) {
+  k = 0;
+  while (k < CHECKS) {
     double tb = time_fresh (p, p->base);
     double again = tb < 0 ? -1 : time_fresh (p, s);
     if (again < 0)
       return -1;
     *ts = again < *ts ? again : *ts;
     p->flat = tb < p->flat ? tb : p->flat;
-    if (again <= KNEE * p->flat || again <= KNEE * tb)
+    if (again <= KNEE * p->flat)
       return 0;
+    if (tb > KNEE * p->flat) {          /* busy: no check */
+      if (++p->busy >= BUSY_CHECKS)
+        return -1;
+      continue;
+    }
+    if (again <= KNEE * tb)
+      return 0;
+    k++;
   }
   return 1;
 }
@@ -626,7 +647,9 @@ probe_done (struct prober *pr)
     else
       snprintf (t->why, sizeof t->why, "not measured%s: static sizes",
                 t->cancel ? " (the connection the probe read through "
-                "ended first)" : "");
+                "ended first)" :
+                pr->p.busy >= BUSY_CHECKS ? " (the plugin was busy: "
+                "its smallest reads slowed down)" : "");
     if (measured && pr->p.beside) {
       size_t n = strlen (t->why);
       snprintf (t->why + n, sizeof t->why - n, " (from the next "
@@ -801,17 +824,18 @@ void
 tune_release (struct tune *t, const void *lender)
 {
   pthread_t th;
-  bool took;
+  bool took, probing;
 
   if (t == NULL)
     return;
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
     took = take_thread (t, lender, &th);
+    probing = t->state == PROBING;
   }
   if (!took)
     return;
-  if (reshape_debug_tune)
+  if (reshape_debug_tune && probing)
     nbdkit_debug ("reshape: tune: export '%s': the connection the probe "
                   "reads through is ending: the probe stops", t->name);
   pthread_join (th, NULL);
