@@ -30,8 +30,8 @@
  * half a second or more (20 ms and 100 MB/s): if it takes requests in
  * parallel, the probe goes on in a thread, reading through the first
  * connection's plugin context, and the connections made meanwhile
- * start with the static sizes, but told a preferred size of
- * SLOW_PREFERRED (go_beside, tune_start_sizes).
+ * start with the static sizes, but told a preferred size from one 1M
+ * read more (go_beside, beside_hint, tune_start_sizes).
  * From it:
  *
  *   - grain G: no request is cut into pieces smaller than G (each
@@ -105,7 +105,8 @@ NBDKIT_DLL_PUBLIC int reshape_debug_tune;
 #define FAST_RETRY_NS (1000 * 1000)     /* a 4K read this fast ... */
 #define FAST_RETRIES 10                 /* ... is tried this often */
 #define BESIDE_NS (15 * 1000 * 1000)    /* a 4K read this slow: beside */
-#define SLOW_PREFERRED (256 * 1024)     /* ... told meanwhile */
+#define SLOW_PREFERRED (256 * 1024)     /* ... told meanwhile, at least */
+#define HINT_READ (1024 * 1024)         /* ... at most, read to know */
 
 enum state { UNKNOWN, PROBING, KNOWN };
 
@@ -135,6 +136,7 @@ struct tune {
   pthread_t thread;
   const void *lender;                   /* whose plugin context it reads */
   bool cancel;                          /* the lender is ending: stop */
+  uint32_t hint;                        /* told meanwhile (beside_hint) */
   /* The probe's findings. */
   bool measured;                        /* the probe got numbers */
   bool fast;                            /* no latency worth hiding */
@@ -514,7 +516,7 @@ struct prober {
   struct probe p;
   struct geometry geo;
   uint64_t limit;                       /* its largest read */
-  bool beside;                          /* through a context of its own */
+  uint32_t hint;                        /* told while it goes on beside */
 };
 
 static struct prober *
@@ -681,23 +683,60 @@ beside_thread (void *arg)
  * goes on in a thread, through the plugin context of the connection
  * that started it (which carries its export name, as a context of the
  * filter's own would not), and the connections made meanwhile keep the
- * static sizes (clients are told SLOW_PREFERRED, requests are sent
+ * static sizes (clients are told beside_hint's size, requests are sent
  * whole)
  * until the model is there: then their requests are cut and their
  * streams fetched by it, and later connections are told its sizes.
  * Only a stack that takes requests in parallel may be read beside its
  * connection.  The connection's end stops the probe (tune_release).
- * False: the probe goes on here.
  */
+static bool
+beside_ok (const struct prober *pr, const void *lender)
+{
+  return reshape_cfg.parallel_ok && lender != NULL &&
+    pr->p.flat >= BESIDE_NS;
+}
+
+/* What clients are told while the probe goes on beside them.  Telling
+ * them 4K would leave one that raises its requests to the hint
+ * (nbdcopy --request-size=4096) paying the plugin's latency for every
+ * 4K: over 20 ms and 100 MB/s, 16384 requests for 64M, 1.2 s against
+ * 0.47 s told 256K.  The size choose_sizes would pick is L B / 2, and
+ * the probe's first reads gave L: one read of HINT_READ more gives B,
+ * or, if it cost no more than the flat part (s / B <= L / 2), shows
+ * that L B / 2 is HINT_READ or more.  Told at least SLOW_PREFERRED,
+ * which costs no more than twice a 4K request unless the plugin moves
+ * less than 17 MB/s; at most HINT_READ, which this read shows is worth
+ * it (over 20 ms and 100 MB/s, nbdcopy told 1M ran in 0.67 s, told
+ * 256K in 0.94 s).  Costs one read of the handshake (30 ms there).
+ */
+static void
+beside_hint (struct prober *pr)
+{
+  struct probe *p = &pr->p;
+  const uint64_t s = min_u64 (HINT_READ, pow2_floor (pr->limit));
+  double ts, target;
+
+  pr->hint = SLOW_PREFERRED;
+  if (s <= SLOW_PREFERRED || (ts = time_fresh (p, s)) < 0)
+    return;
+  if (ts <= KNEE * p->flat) {
+    pr->hint = s;
+    return;
+  }
+  target = p->flat * s / (ts - p->flat) / 2;
+  while (pr->hint < s && pr->hint * 1.41421356 < target)
+    pr->hint *= 2;
+}
+
+/* The probe goes on beside (false: it could not, and goes on here). */
 static bool
 go_beside (struct prober *pr, const void *lender)
 {
   struct tune *t = pr->t;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
-  if (!reshape_cfg.parallel_ok || lender == NULL ||
-      pr->p.flat < BESIDE_NS)
-    return false;
+  t->hint = pr->hint;
   pr->p.beside = t;
   if (pthread_create (&t->thread, NULL, beside_thread, pr) != 0) {
     pr->p.beside = NULL;
@@ -710,8 +749,9 @@ go_beside (struct prober *pr, const void *lender)
   pthread_cond_broadcast (&t->known);
   if (reshape_debug_tune)
     nbdkit_debug ("reshape: tune: export '%s': a %" PRIu32 "K read took "
-                  "%.1f ms: the probe goes on beside the connections",
-                  t->name, pr->p.base / 1024, pr->p.flat / 1e6);
+                  "%.1f ms: the probe goes on beside the connections, "
+                  "told %" PRIu32 "K meanwhile", t->name, pr->p.base / 1024,
+                  pr->p.flat / 1e6, t->hint / 1024);
   return true;
 }
 
@@ -814,8 +854,11 @@ tune_probe (struct tune *t, nbdkit_next *next, const struct geometry *geo,
    * sizes after an earlier probe failed read t without the lock.
    */
   probe_first (pr);
-  if (go_beside (pr, lender))
-    return;
+  if (beside_ok (pr, lender)) {
+    beside_hint (pr);
+    if (go_beside (pr, lender))
+      return;
+  }
   probe_rest (pr);
   probe_done (pr);
 }
@@ -851,16 +894,7 @@ tune_sizes (struct tune *t, struct tune_sizes *s)
     *s = (struct tune_sizes) { 0 };
 }
 
-/* While a probe goes on beside the connections, one thing is known:
- * a 4K read took BESIDE_NS or more.  Telling clients 4K then would
- * leave one that raises its requests to the hint (nbdcopy
- * --request-size=4096) paying that for every 4K: over 20 ms and
- * 100 MB/s, 16384 requests for 64M, 1.2 s against 0.47 s told 256K.
- * A request of SLOW_PREFERRED costs no more than twice a 4K one over
- * such a plugin unless it moves less than 17 MB/s per request, and
- * carries 64 times the data; larger would be a guess about the
- * bandwidth, which the probe is there to measure.
- */
+/* While a probe goes on beside the connections: beside_hint's. */
 void
 tune_start_sizes (struct tune *t, struct tune_sizes *s)
 {
@@ -869,7 +903,7 @@ tune_start_sizes (struct tune *t, struct tune_sizes *s)
   if (t->measured)
     *s = t->sizes;
   else if (t->beside)
-    *s = (struct tune_sizes) { .preferred = SLOW_PREFERRED };
+    *s = (struct tune_sizes) { .preferred = t->hint };
   else
     *s = (struct tune_sizes) { 0 };
 }
