@@ -137,6 +137,7 @@ struct tune {
   const void *lender;                   /* whose plugin context it reads */
   bool cancel;                          /* the lender is ending: stop */
   uint32_t hint;                        /* told meanwhile (beside_hint) */
+  double floor_ns;                      /* fastest 4K of any probe, 0: none */
   /* The probe's findings. */
   bool measured;                        /* the probe got numbers */
   bool fast;                            /* no latency worth hiding */
@@ -235,12 +236,13 @@ struct probe {
   unsigned place;                       /* the next fresh place */
   unsigned reads;                       /* reads made */
   unsigned busy;                        /* checks the plugin was busy for */
+  double floor;                         /* beside: t->floor_ns, or flat */
 };
 
 /* Each place is its own part of the export, so that no read finds
  * what an earlier one brought into a cache below the filter (a cache
  * would make a slow plugin look fast).  A probe reads at most about
- * twenty places.
+ * thirty places (beyond PLACES, it reads them again).
  */
 #define PLACES 32
 
@@ -355,19 +357,34 @@ choose_sizes (struct tune *t)
  * reads in a row were seen to pass one check about once in twenty
  * probes.  A repeat that looks flat settles it the other way.
  *
- * A base read above the flat cost settles nothing: the plugin is
- * busier than when the flat cost was found, and a repeat slowed alike
- * would pass for flat.  Every size would then look flat up to the
- * largest read, and clients would be told 8M for good (seen beside a
- * client keeping 8 reads in flight over a plugin that decodes one
- * cluster at a time: every probe read waited 0.18 s behind the
- * client's).  Such a check is made again, up to BUSY_CHECKS times a
- * probe; then the probe gives up, and the next connection probes
- * anew.  1 above, 0 flat, -1 error or busy; *ts is the fastest read
- * of s.
+ * Beside the connections, a base read above the flat cost settles
+ * nothing: the plugin is busier than when the flat cost was found,
+ * and a repeat slowed alike would pass for flat.  Every size would
+ * then look flat up to the largest read, and clients would be told 8M
+ * for good (seen beside a client keeping 8 reads in flight over a
+ * plugin that decodes one cluster at a time: every probe read waited
+ * 0.18 s behind the client's).  Such checks do not count; the
+ * BUSY_CHECKS'th makes the probe give up, and the next connection
+ * probes anew.  (At the handshake nothing of the export runs beside
+ * the probe: a slow base read there is the plugin's own variance, a
+ * disk's seek say, and counts as doubt, so as flat.)  1 above, 0 flat,
+ * -1 error or busy; *ts is the fastest read of s.
  */
 #define CHECKS 2
 #define BUSY_CHECKS 4
+
+/* Is a base read of tb slower than the plugin was found, by the fastest
+ * base read of this probe or of an earlier one of the export (one that
+ * gave up: this probe's own reads may all have waited in the same
+ * queue)?  Only beside the connections.
+ */
+static bool
+busy (const struct probe *p, double tb)
+{
+  const double floor = p->floor < p->flat ? p->floor : p->flat;
+
+  return p->beside && tb > KNEE * floor;
+}
 
 static int
 above_flat (struct probe *p, uint32_t s, double *ts)
@@ -390,7 +407,7 @@ above_flat (struct probe *p, uint32_t s, double *ts)
     p->flat = tb < p->flat ? tb : p->flat;
     if (again <= KNEE * p->flat)
       return 0;
-    if (tb > KNEE * p->flat) {          /* busy: no check */
+    if (busy (p, tb)) {                 /* no check */
       if (++p->busy >= BUSY_CHECKS)
         return -1;
       continue;
@@ -555,7 +572,9 @@ probe_rest (struct prober *pr)
   struct tune *found = &pr->found;
   struct probe *p = &pr->p;
 
-  if (p->flat >= 0) {
+  if (p->flat >= 0 && busy (p, p->flat))
+    p->busy = BUSY_CHECKS;              /* slower than an earlier probe */
+  else if (p->flat >= 0) {
     if (p->flat >= PLUGIN_SLOW_NS)
       probe_shape (found, p, pow2_floor (pr->limit));
     /* Fast, or a first read slowed by warming up that a later flat
@@ -644,14 +663,16 @@ probe_done (struct prober *pr)
     t->exportsize = pr->geo.exportsize;
     t->min = pr->geo.min;
     t->max = pr->geo.max;
+    if (pr->p.flat > 0 && (t->floor_ns == 0 || pr->p.flat < t->floor_ns))
+      t->floor_ns = pr->p.flat;
     if (measured)
       publish (t, found);
     else
       snprintf (t->why, sizeof t->why, "not measured%s: static sizes",
-                t->cancel ? " (the connection the probe read through "
-                "ended first)" :
                 pr->p.busy >= BUSY_CHECKS ? " (the plugin was busy: "
-                "its smallest reads slowed down)" : "");
+                "its smallest reads slowed down)" :
+                t->cancel ? " (the connection the probe read through "
+                "ended first)" : "");
     if (measured && pr->p.beside) {
       size_t n = strlen (t->why);
       snprintf (t->why + n, sizeof t->why - n, " (from the next "
@@ -717,7 +738,7 @@ beside_hint (struct prober *pr)
   const uint64_t s = min_u64 (HINT_READ, pow2_floor (pr->limit));
   double ts, target;
 
-  pr->hint = SLOW_PREFERRED;
+  pr->hint = min_u64 (SLOW_PREFERRED, s);
   if (s <= SLOW_PREFERRED || (ts = time_fresh (p, s)) < 0)
     return;
   if (ts <= KNEE * p->flat) {
@@ -737,6 +758,7 @@ go_beside (struct prober *pr, const void *lender)
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
   t->hint = pr->hint;
+  pr->p.floor = t->floor_ns > 0 ? t->floor_ns : pr->p.flat;
   pr->p.beside = t;
   if (pthread_create (&t->thread, NULL, beside_thread, pr) != 0) {
     pr->p.beside = NULL;
