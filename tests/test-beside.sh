@@ -3,8 +3,9 @@
 # probe (30 ms per request): the probe goes on beside the connections,
 # reading through the first one's plugin context.
 #   - the first connection is not held: told 1M (a 4K read took 30 ms,
-#     and a 1M read no more than half as long again); connections made
-#     after the probe are told what it found; data written and read before and
+#     and a 1M read no more than half as long again; 512K if that read
+#     was late); connections made after the probe are told what it
+#     found; data written and read before and
 #     after the model came is right, and so is a stream of 4K reads
 #     after it, which grains fetched ahead serve.  Over the model
 #     plugin (bench/model-plugin.c), and over the file plugin's dir=
@@ -28,14 +29,17 @@ quick=yes
 [ -z "${RESHAPE_CHECK:-}" ] || least=8192 quick=
 
 cat > "$tmp/beside.py" <<'EOF'
-import nbd, os, sys, time
+import nbd, os, re, sys, time
 uri, least, log, exact = sys.argv[1], int(sys.argv[2]), sys.argv[3], \
     len(sys.argv) > 4
 first = nbd.NBD()
 first.connect_uri(uri)
 told = first.get_block_size(nbd.SIZE_PREFERRED)
-# Under the checkers a stalled 1M read may tell less.
-assert told == 1 << 20 or not exact and 256 << 10 <= told <= 1 << 20, \
+# What the 1M read gave (1M, unless it was slowed: under the checkers,
+# or 11 ms late on a busy machine, 512K), as logged.
+hint = int(re.search(r"told (\d+)K meanwhile", open(log).read()).group(1))
+assert told == hint << 10, "first connection told %d, logged %dK" % (told, hint)
+assert (512 if exact else 256) << 10 <= told <= 1 << 20, \
     "first connection told %d" % told
 want = os.urandom(8 << 20)
 first.pwrite(want, 0)
@@ -193,36 +197,48 @@ h = nbd.NBD()
 h.connect_uri(uri)
 size = h.get_size()
 stop = threading.Event()
-bufs, n = [], 0
+bufs, n, failed = [], 0, []
 def busy():
     global n
     off = 0
-    while not stop.is_set():
-        while h.aio_in_flight() < 8:
-            b = nbd.Buffer(256 << 10)
-            h.aio_pread(b, off)
-            n += 1
-            if len(bufs) < 64:
-                bufs.append(b)
-            off = (off + (256 << 10)) % size
-        h.poll(-1)
-    while h.aio_in_flight() > 0:
-        h.poll(-1)
+    try:
+        while not stop.is_set():
+            while h.aio_in_flight() < 8:
+                b = nbd.Buffer(256 << 10)
+                # Retired as it completes (1): its buffer is freed.
+                h.aio_pread(b, off, completion=lambda err: 1)
+                n += 1
+                if len(bufs) < 64:
+                    bufs.append(b)
+                off = (off + (256 << 10)) % size
+            h.poll(-1)
+        while h.aio_in_flight() > 0:
+            h.poll(-1)
+    except Exception as e:
+        failed.append(e)
+        stop.set()
 def wait_ended(k):
     deadline = time.monotonic() + 120
     while ended() < k:
         assert time.monotonic() < deadline, "the probe never ended"
+        assert not failed, "the busy client failed: %s" % failed
         time.sleep(0.05)
 t = threading.Thread(target=busy)
 t.start()
+g = None
 try:
     wait_ended(1)
-    g = nbd.NBD()
-    g.connect_uri(uri)
-    wait_ended(2)
+    # A probe whose reads the decoder happened to take first may
+    # measure the plugin: then there is no second probe to make.
+    if "tune: export '': not measured" in open(log).read():
+        g = nbd.NBD()
+        g.connect_uri(uri)
+        wait_ended(2)
 finally:
     stop.set()
     t.join()
+if failed:
+    raise failed[0]
 assert all(b.to_bytearray() == bytes(256 << 10) for b in bufs), \
     "a read of the busy connection: wrong"
 k = nbd.NBD()
@@ -233,7 +249,8 @@ assert told <= 2 << 20, "told %d after a busy probe" % told
 learnt = [int(x) for x in re.findall(r"clients told (\d+)K", open(log).read())]
 assert all(x <= 2048 for x in learnt), "learnt to tell %sK" % learnt
 k.shutdown()
-g.shutdown()
+if g:
+    g.shutdown()
 h.shutdown()
 EOF2
 nbdkit -U - --filter="$FILTER" -v -D reshape.tune=1 "$MODEL" size=64M \

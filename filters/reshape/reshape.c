@@ -313,6 +313,7 @@ reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
 
   stats_client (OP_PREAD, count);
   sockbuf_reply (&h->sb, count);
+  tune_client_begin ();
   call_init (&c, next, h);
   down_init (&d, &c);
   /* Cache hits are never older than staged data: staging a write drops
@@ -326,6 +327,7 @@ reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
     r = down_pread (&c, buf, count, offset, err);
   writeback_end_read (&claim, buf, count, offset, r == 0);
   readahead_fetch_ahead (&h->ra, h->exp->cache, &c.io, &d, &ahead);
+  tune_client_end ();
   return r;
 }
 
@@ -339,6 +341,7 @@ reshape_pwrite (nbdkit_next *next, void *handle, const void *buf,
   int r;
 
   stats_client (OP_PWRITE, count);
+  tune_client_begin ();
   call_init (&c, next, h);
   down_init (&d, &c);
   if (reshape_cfg.writeback)
@@ -347,6 +350,7 @@ reshape_pwrite (nbdkit_next *next, void *handle, const void *buf,
     r = down_pwrite (&c, buf, count, offset, flags, err);
   /* Coherence: before the reply, whatever the outcome. */
   cache_invalidate_all (offset, offset + count);
+  tune_client_end ();
   return r;
 }
 
@@ -365,9 +369,11 @@ reshape_zero (nbdkit_next *next, void *handle, uint32_t count,
   int r;
 
   stats_client (OP_ZERO, count);
+  tune_client_begin ();
   call_init (&c, next, h);
   writeback_begin (&h->wb, &c.io, offset, offset + count, &claim);
   r = split_zero (&c.io, count, offset, flags, err);
+  tune_client_end ();
   writeback_end_write (&claim, NULL, count, offset, r == 0);
   cache_invalidate_all (offset, offset + count);
   return r;
@@ -383,9 +389,11 @@ reshape_trim (nbdkit_next *next, void *handle, uint32_t count,
   int r;
 
   stats_client (OP_TRIM, count);
+  tune_client_begin ();
   call_init (&c, next, h);
   writeback_begin (&h->wb, &c.io, offset, offset + count, &claim);
   r = split_trim (&c.io, count, offset, flags, err);
+  tune_client_end ();
   writeback_release (&claim);
   cache_invalidate_all (offset, offset + count);
   return r;

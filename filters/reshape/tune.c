@@ -164,6 +164,29 @@ static struct {
   struct tune *list;
 } all = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
+/* Clients' requests in flight, every export's (exports may share what
+ * the plugin serves from), atomic.
+ */
+static unsigned clients_in_flight;
+
+void
+tune_client_begin (void)
+{
+  __atomic_add_fetch (&clients_in_flight, 1, __ATOMIC_RELAXED);
+}
+
+void
+tune_client_end (void)
+{
+  __atomic_sub_fetch (&clients_in_flight, 1, __ATOMIC_RELAXED);
+}
+
+static bool
+clients_busy (void)
+{
+  return __atomic_load_n (&clients_in_flight, __ATOMIC_RELAXED) > 0;
+}
+
 /* reshape-profile=FILE, NULL if not given. */
 static struct {
   pthread_mutex_t lock;                 /* one save at a time */
@@ -235,8 +258,9 @@ struct probe {
   double flat;                          /* its fastest time so far */
   unsigned place;                       /* the next fresh place */
   unsigned reads;                       /* reads made */
+  bool loaded;                          /* clients' requests beside the last */
   unsigned busy;                        /* checks the plugin was busy for */
-  double floor;                         /* beside: t->floor_ns, or flat */
+  double floor;                         /* t->floor_ns then, 0: none */
 };
 
 /* Each place is its own part of the export, so that no read finds
@@ -276,10 +300,12 @@ time_read (struct probe *p, uint32_t len, unsigned place)
     return -1;
   memset (p->buf, 0, len);
   p->reads++;
+  p->loaded = clients_busy ();
   start = now_ns ();
   if (p->next->pread (p->next, p->buf, len,
                       probe_offset (p->geo, len, place), 0, &err) == -1)
     return -1;
+  p->loaded |= clients_busy ();
   return now_ns () - start;
 }
 
@@ -357,33 +383,34 @@ choose_sizes (struct tune *t)
  * reads in a row were seen to pass one check about once in twenty
  * probes.  A repeat that looks flat settles it the other way.
  *
- * Beside the connections, a base read above the flat cost settles
- * nothing: the plugin is busier than when the flat cost was found,
- * and a repeat slowed alike would pass for flat.  Every size would
- * then look flat up to the largest read, and clients would be told 8M
- * for good (seen beside a client keeping 8 reads in flight over a
- * plugin that decodes one cluster at a time: every probe read waited
- * 0.18 s behind the client's).  Such checks do not count; the
- * BUSY_CHECKS'th makes the probe give up, and the next connection
- * probes anew.  (At the handshake nothing of the export runs beside
- * the probe: a slow base read there is the plugin's own variance, a
- * disk's seek say, and counts as doubt, so as flat.)  1 above, 0 flat,
- * -1 error or busy; *ts is the fastest read of s.
+ * A base read above the flat cost while clients' requests were in
+ * flight settles nothing: the plugin is busier than when the flat
+ * cost was found, and a repeat slowed alike would pass for flat.
+ * Every size would then look flat up to the largest read, and clients
+ * would be told 8M for good (seen beside a client keeping 8 reads in
+ * flight over a plugin that decodes one cluster at a time: every
+ * probe read waited 0.18 s behind the client's).  Such checks do not
+ * count; the BUSY_CHECKS'th makes the probe give up, and the next
+ * connection probes anew.  (With no client's request in flight, a
+ * slow base read is the plugin's own variance, a disk's seek or a
+ * network's jitter, and counts as doubt, so as flat.)  1 above, 0
+ * flat, -1 error or busy; *ts is the fastest read of s.
  */
 #define CHECKS 2
 #define BUSY_CHECKS 4
 
-/* Is a base read of tb slower than the plugin was found, by the fastest
- * base read of this probe or of an earlier one of the export (one that
- * gave up: this probe's own reads may all have waited in the same
- * queue)?  Only beside the connections.
+/* Did a base read of tb, made while clients' requests were in flight
+ * (loaded), wait behind them?  Judged by the fastest base read of
+ * this probe or of an earlier one of the export (one that gave up:
+ * this probe's own reads may all have waited in the same queue).
  */
 static bool
-busy (const struct probe *p, double tb)
+busy (const struct probe *p, double tb, bool loaded)
 {
-  const double floor = p->floor < p->flat ? p->floor : p->flat;
+  const double lowest = p->floor > 0 && p->floor < p->flat ?
+    p->floor : p->flat;
 
-  return p->beside && tb > KNEE * floor;
+  return loaded && tb > KNEE * lowest;
 }
 
 static int
@@ -400,6 +427,7 @@ above_flat (struct probe *p, uint32_t s, double *ts)
   k = 0;
   while (k < CHECKS) {
     double tb = time_fresh (p, p->base);
+    const bool loaded = p->loaded;
     double again = tb < 0 ? -1 : time_fresh (p, s);
     if (again < 0)
       return -1;
@@ -407,7 +435,7 @@ above_flat (struct probe *p, uint32_t s, double *ts)
     p->flat = tb < p->flat ? tb : p->flat;
     if (again <= KNEE * p->flat)
       return 0;
-    if (busy (p, tb)) {                 /* no check */
+    if (busy (p, tb, loaded)) {         /* no check */
       if (++p->busy >= BUSY_CHECKS)
         return -1;
       continue;
@@ -572,7 +600,7 @@ probe_rest (struct prober *pr)
   struct tune *found = &pr->found;
   struct probe *p = &pr->p;
 
-  if (p->flat >= 0 && busy (p, p->flat))
+  if (p->flat >= 0 && busy (p, p->flat, clients_busy ()))
     p->busy = BUSY_CHECKS;              /* slower than an earlier probe */
   else if (p->flat >= 0) {
     if (p->flat >= PLUGIN_SLOW_NS)
@@ -758,7 +786,6 @@ go_beside (struct prober *pr, const void *lender)
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
   t->hint = pr->hint;
-  pr->p.floor = t->floor_ns > 0 ? t->floor_ns : pr->p.flat;
   pr->p.beside = t;
   if (pthread_create (&t->thread, NULL, beside_thread, pr) != 0) {
     pr->p.beside = NULL;
@@ -831,6 +858,7 @@ tune_probe (struct tune *t, nbdkit_next *next, const struct geometry *geo,
             const void *lender)
 {
   struct prober *pr;
+  double floor;
 
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
@@ -863,6 +891,7 @@ tune_probe (struct tune *t, nbdkit_next *next, const struct geometry *geo,
     }
     t->state = PROBING;
     t->cancel = false;
+    floor = t->floor_ns;
   }
   pr = prober_new (t, next, geo);
   if (pr == NULL) {
@@ -875,6 +904,7 @@ tune_probe (struct tune *t, nbdkit_next *next, const struct geometry *geo,
   /* The probe fills a scratch copy: connections that kept the static
    * sizes after an earlier probe failed read t without the lock.
    */
+  pr->p.floor = floor;
   probe_first (pr);
   if (beside_ok (pr, lender)) {
     beside_hint (pr);
