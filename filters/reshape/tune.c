@@ -22,7 +22,8 @@
  *     A read that looks above the flat cost is checked against a
  *     base read and read again, so that a busy machine's slow reads
  *     are not taken for the knee; a probe whose base reads slow down
- *     (requests queued in front of its own) gives up (see above_flat).
+ *     while clients' requests are in flight (queued in front of its
+ *     own) gives up (see above_flat).
  *
  * That costs ten to fifteen reads, most of them small (20 ms at 1 ms
  * and 400 MB/s, 0.1 s for 2M clusters decoded in 8 ms).  A plugin
@@ -259,6 +260,7 @@ struct probe {
   unsigned place;                       /* the next fresh place */
   unsigned reads;                       /* reads made */
   bool loaded;                          /* clients' requests beside the last */
+  bool loaded_any;                      /* ... beside any read so far */
   unsigned busy;                        /* checks the plugin was busy for */
   double floor;                         /* t->floor_ns then, 0: none */
 };
@@ -306,6 +308,7 @@ time_read (struct probe *p, uint32_t len, unsigned place)
                       probe_offset (p->geo, len, place), 0, &err) == -1)
     return -1;
   p->loaded |= clients_busy ();
+  p->loaded_any |= p->loaded;
   return now_ns () - start;
 }
 
@@ -562,6 +565,7 @@ struct prober {
   struct geometry geo;
   uint64_t limit;                       /* its largest read */
   uint32_t hint;                        /* told while it goes on beside */
+  bool first_loaded;                    /* clients' requests beside p.flat */
 };
 
 static struct prober *
@@ -593,14 +597,14 @@ prober_free (struct prober *pr)
   free (pr);
 }
 
-/* The probe after its first read (p.flat, -1 if it failed). */
+/* The probe after its first reads (p.flat, -1 if they failed). */
 static void
 probe_rest (struct prober *pr)
 {
   struct tune *found = &pr->found;
   struct probe *p = &pr->p;
 
-  if (p->flat >= 0 && busy (p, p->flat, clients_busy ()))
+  if (p->flat >= 0 && busy (p, p->flat, pr->first_loaded))
     p->busy = BUSY_CHECKS;              /* slower than an earlier probe */
   else if (p->flat >= 0) {
     if (p->flat >= PLUGIN_SLOW_NS)
@@ -906,6 +910,7 @@ tune_probe (struct tune *t, nbdkit_next *next, const struct geometry *geo,
    */
   pr->p.floor = floor;
   probe_first (pr);
+  pr->first_loaded = pr->p.loaded_any;
   if (beside_ok (pr, lender)) {
     beside_hint (pr);
     if (go_beside (pr, lender))
