@@ -313,7 +313,6 @@ reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
 
   stats_client (OP_PREAD, count);
   sockbuf_reply (&h->sb, count);
-  tune_client_begin ();
   call_init (&c, next, h);
   down_init (&d, &c);
   /* Cache hits are never older than staged data: staging a write drops
@@ -327,7 +326,6 @@ reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
     r = down_pread (&c, buf, count, offset, err);
   writeback_end_read (&claim, buf, count, offset, r == 0);
   readahead_fetch_ahead (&h->ra, h->exp->cache, &c.io, &d, &ahead);
-  tune_client_end ();
   return r;
 }
 
@@ -341,7 +339,6 @@ reshape_pwrite (nbdkit_next *next, void *handle, const void *buf,
   int r;
 
   stats_client (OP_PWRITE, count);
-  tune_client_begin ();
   call_init (&c, next, h);
   down_init (&d, &c);
   if (reshape_cfg.writeback)
@@ -350,7 +347,6 @@ reshape_pwrite (nbdkit_next *next, void *handle, const void *buf,
     r = down_pwrite (&c, buf, count, offset, flags, err);
   /* Coherence: before the reply, whatever the outcome. */
   cache_invalidate_all (offset, offset + count);
-  tune_client_end ();
   return r;
 }
 
@@ -369,11 +365,9 @@ reshape_zero (nbdkit_next *next, void *handle, uint32_t count,
   int r;
 
   stats_client (OP_ZERO, count);
-  tune_client_begin ();
   call_init (&c, next, h);
   writeback_begin (&h->wb, &c.io, offset, offset + count, &claim);
   r = split_zero (&c.io, count, offset, flags, err);
-  tune_client_end ();
   writeback_end_write (&claim, NULL, count, offset, r == 0);
   cache_invalidate_all (offset, offset + count);
   return r;
@@ -389,11 +383,9 @@ reshape_trim (nbdkit_next *next, void *handle, uint32_t count,
   int r;
 
   stats_client (OP_TRIM, count);
-  tune_client_begin ();
   call_init (&c, next, h);
   writeback_begin (&h->wb, &c.io, offset, offset + count, &claim);
   r = split_trim (&c.io, count, offset, flags, err);
-  tune_client_end ();
   writeback_release (&claim);
   cache_invalidate_all (offset, offset + count);
   return r;
@@ -447,8 +439,7 @@ reshape_flush (nbdkit_next *next, void *handle, uint32_t flags, int *err)
    * and fail this flush).
    */
   r = writeback_flush (&h->wb, &c.io, &wb_err);
-  stats_plugin (OP_FLUSH, 0);
-  if (next->flush (next, flags, err) == -1)
+  if (split_flush (next, flags, err) == -1)
     return -1;
   if (r == -1) {
     *err = wb_err;

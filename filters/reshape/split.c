@@ -135,6 +135,21 @@ rmw_write (const struct io *io, const struct piece *p, const void *src,
   return r;
 }
 
+/* fn's plugin calls, counted in flight while they run: a probe's
+ * read made meanwhile may have waited behind them (tune.c).
+ */
+static int
+call_piece (const struct op *o, const struct piece *p, piece_fn fn,
+            int *err)
+{
+  int r;
+
+  tune_plugin_begin ();
+  r = fn (o, p, err);
+  tune_plugin_end ();
+  return r;
+}
+
 /* One piece, under its block-range lock for writes (see the top). */
 static int
 run_piece (const struct op *o, const struct piece *p, piece_fn fn, int *err)
@@ -143,11 +158,11 @@ run_piece (const struct op *o, const struct piece *p, piece_fn fn, int *err)
   int r;
 
   if (!o->write || o->io->geo->min == 1)   /* no partial blocks ever */
-    return fn (o, p, err);
+    return call_piece (o, p, fn, err);
   if (rangelock_acquire (&locks, &e, p->blk_offset,
                          p->blk_offset + p->blk_count, p->partial))
     stats_add (C_LOCK_WAITS, 1);
-  r = fn (o, p, err);
+  r = call_piece (o, p, fn, err);
   rangelock_release (&locks, &e);
   return r;
 }
@@ -332,8 +347,19 @@ static int
 flush_for_fua (nbdkit_next *next, int *err)
 {
   stats_add (C_FUA_FLUSHES, 1);
+  return split_flush (next, 0, err);
+}
+
+int
+split_flush (nbdkit_next *next, uint32_t flags, int *err)
+{
+  int r;
+
   stats_plugin (OP_FLUSH, 0);
-  return next->flush (next, 0, err);
+  tune_plugin_begin ();
+  r = next->flush (next, flags, err);
+  tune_plugin_end ();
+  return r;
 }
 
 /* A write-like request: walk with locks, then the FUA flush. */
@@ -534,13 +560,16 @@ query_extents (const struct io *io, uint64_t start, uint64_t end,
     struct piece p;
     size_t n;
     struct nbdkit_extent last;
+    int r;
 
     walk_init (&w, io->geo, pos, end - pos, UINT32_MAX);
     if (!walk_next (&w, &p))    /* a non-empty range has a piece */
       abort ();
     stats_plugin (OP_EXTENTS, p.count);
-    if (io->next->extents (io->next, p.count, p.offset, flags, mine,
-                           err) == -1)
+    tune_plugin_begin ();
+    r = io->next->extents (io->next, p.count, p.offset, flags, mine, err);
+    tune_plugin_end ();
+    if (r == -1)
       return -1;
     n = nbdkit_extents_count (mine);
     if (n == 0)

@@ -54,5 +54,7 @@ extern int split_cache (const struct io *io, uint32_t count, uint64_t offset,
 extern int split_extents (const struct io *io, uint32_t count,
                           uint64_t offset, uint32_t flags,
                           struct nbdkit_extents *extents, int *err);
+/* The plugin's flush, counted like every other call. */
+extern int split_flush (nbdkit_next *next, uint32_t flags, int *err);
 
 #endif /* NBDKIT_RESHAPE_SPLIT_H */

@@ -22,8 +22,9 @@
  *     A read that looks above the flat cost is checked against a
  *     base read and read again, so that a busy machine's slow reads
  *     are not taken for the knee; a probe whose base reads slow down
- *     while clients' requests are in flight (queued in front of its
- *     own) gives up (see above_flat).
+ *     while the filter has other calls in flight to the plugin (for
+ *     clients, readahead, write-back: queued in front of its own)
+ *     gives up (see above_flat).
  *
  * That costs ten to fifteen reads, most of them small (20 ms at 1 ms
  * and 400 MB/s, 0.1 s for 2M clusters decoded in 8 ms).  A plugin
@@ -165,27 +166,32 @@ static struct {
   struct tune *list;
 } all = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-/* Clients' requests in flight, every export's (exports may share what
- * the plugin serves from), atomic.
+/* The filter's calls to the plugin in flight, every export's (exports
+ * may share what the plugin serves from), atomic; the probe's own are
+ * not counted.  Only reshape-size=auto probes: a fixed size skips the
+ * counting (the setting never changes while calls are in flight, so
+ * begin and end agree).
  */
-static unsigned clients_in_flight;
+static unsigned plugin_in_flight;
 
 void
-tune_client_begin (void)
+tune_plugin_begin (void)
 {
-  __atomic_add_fetch (&clients_in_flight, 1, __ATOMIC_RELAXED);
+  if (reshape_cfg.size == 0)
+    __atomic_add_fetch (&plugin_in_flight, 1, __ATOMIC_RELAXED);
 }
 
 void
-tune_client_end (void)
+tune_plugin_end (void)
 {
-  __atomic_sub_fetch (&clients_in_flight, 1, __ATOMIC_RELAXED);
+  if (reshape_cfg.size == 0)
+    __atomic_sub_fetch (&plugin_in_flight, 1, __ATOMIC_RELAXED);
 }
 
 static bool
-clients_busy (void)
+plugin_busy (void)
 {
-  return __atomic_load_n (&clients_in_flight, __ATOMIC_RELAXED) > 0;
+  return __atomic_load_n (&plugin_in_flight, __ATOMIC_RELAXED) > 0;
 }
 
 /* reshape-profile=FILE, NULL if not given. */
@@ -259,7 +265,7 @@ struct probe {
   double flat;                          /* its fastest time so far */
   unsigned place;                       /* the next fresh place */
   unsigned reads;                       /* reads made */
-  bool loaded;                          /* clients' requests beside the last */
+  bool loaded;                          /* plugin calls beside the last */
   bool loaded_any;                      /* ... beside any read so far */
   unsigned busy;                        /* checks the plugin was busy for */
   double floor;                         /* t->floor_ns then, 0: none */
@@ -302,12 +308,12 @@ time_read (struct probe *p, uint32_t len, unsigned place)
     return -1;
   memset (p->buf, 0, len);
   p->reads++;
-  p->loaded = clients_busy ();
+  p->loaded = plugin_busy ();
   start = now_ns ();
   if (p->next->pread (p->next, p->buf, len,
                       probe_offset (p->geo, len, place), 0, &err) == -1)
     return -1;
-  p->loaded |= clients_busy ();
+  p->loaded |= plugin_busy ();
   p->loaded_any |= p->loaded;
   return now_ns () - start;
 }
@@ -386,15 +392,15 @@ choose_sizes (struct tune *t)
  * reads in a row were seen to pass one check about once in twenty
  * probes.  A repeat that looks flat settles it the other way.
  *
- * A base read above the flat cost while clients' requests were in
- * flight settles nothing: the plugin is busier than when the flat
+ * A base read above the flat cost while the filter's other calls to
+ * the plugin were in flight settles nothing: the plugin is busier than when the flat
  * cost was found, and a repeat slowed alike would pass for flat.
  * Every size would then look flat up to the largest read, and clients
  * would be told 8M for good (seen beside a client keeping 8 reads in
  * flight over a plugin that decodes one cluster at a time: every
  * probe read waited 0.18 s behind the client's).  Such checks do not
  * count; the BUSY_CHECKS'th makes the probe give up, and the next
- * connection probes anew.  (With no client's request in flight, a
+ * connection probes anew.  (With no other call in flight, a
  * slow base read is the plugin's own variance, a disk's seek or a
  * network's jitter, and counts as doubt, so as flat.)  1 above, 0
  * flat, -1 error or busy; *ts is the fastest read of s.
@@ -402,7 +408,7 @@ choose_sizes (struct tune *t)
 #define CHECKS 2
 #define BUSY_CHECKS 4
 
-/* Did a base read of tb, made while clients' requests were in flight
+/* Did a base read of tb, made while the filter's calls were in flight
  * (loaded), wait behind them?  Judged by the fastest base read of
  * this probe or of an earlier one of the export (one that gave up:
  * this probe's own reads may all have waited in the same queue).
@@ -565,7 +571,7 @@ struct prober {
   struct geometry geo;
   uint64_t limit;                       /* its largest read */
   uint32_t hint;                        /* told while it goes on beside */
-  bool first_loaded;                    /* clients' requests beside p.flat */
+  bool first_loaded;                    /* plugin calls beside p.flat */
 };
 
 static struct prober *

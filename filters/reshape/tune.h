@@ -69,11 +69,12 @@ extern void tune_sizes (struct tune *t, struct tune_sizes *s);
  */
 extern void tune_start_sizes (struct tune *t, struct tune_sizes *s);
 
-/* A client's request is on its way to the plugin, and is done: while
- * any is, a probe's slow read may have waited behind it.
+/* The filter calls the plugin (for a client, a readahead, a
+ * write-back), and the call is done: while any is in flight, a
+ * probe's slow read may have waited behind it.
  */
-extern void tune_client_begin (void);
-extern void tune_client_end (void);
+extern void tune_plugin_begin (void);
+extern void tune_plugin_end (void);
 
 /* A plugin call of bytes took ns (split.c times every piece). */
 extern void tune_record (struct tune *t, enum tune_dir d, uint64_t bytes,
