@@ -17,7 +17,9 @@
  * For tests, bad-offset=SIZE bad-length=SIZE makes reads touching that
  * region fail with EIO (while bad-file=FILE exists, if given), and
  * first-touch=TIME makes the first request to touch each 2M region
- * wait TIME, once (memory faulted in a huge page at a time).
+ * wait TIME, once (memory faulted in a huge page at a time), and
+ * jitter=TIME adds to every request's latency a wait drawn evenly from
+ * 0 to TIME (a disk's seeks, a network), from seed=N (default 1).
  * Reads of a 2M region never written return zeros without touching
  * the disk's memory, and prefault=true allocates that memory at start
  * (for writes), so that the machine's own page faults (milliseconds
@@ -64,6 +66,8 @@ static int64_t bad_offset = -1, bad_length;  /* reads touching it fail */
 static char *bad_file;                       /* ... while this exists */
 #define REGION (2 * 1024 * 1024)
 static uint64_t first_touch_ns;     /* the first access to a region */
+static uint64_t jitter_ns;          /* at most, added to latency */
+static uint64_t jitter_state = 1;   /* xorshift64, atomic */
 static unsigned char *touched;      /* per REGION: accessed yet */
 static unsigned char *written;      /* per REGION: memory holds data */
 static bool prefault;
@@ -160,6 +164,17 @@ model_config (const char *key, const char *value)
   else if (strcmp (key, "prefault") == 0) {
     if (parse_bool (value, &prefault) == -1)
       return -1;
+  }
+  else if (strcmp (key, "jitter") == 0) {
+    if (parse_time (value, &jitter_ns) == -1) {
+      nbdkit_error ("jitter: cannot parse '%s'", value);
+      return -1;
+    }
+  }
+  else if (strcmp (key, "seed") == 0) {
+    if (nbdkit_parse_uint64_t ("seed", value, &jitter_state) == -1)
+      return -1;
+    jitter_state = jitter_state ? jitter_state : 1;  /* 0 stays 0 */
   }
   else if (strcmp (key, "first-touch") == 0) {
     if (parse_time (value, &first_touch_ns) == -1) {
@@ -293,10 +308,29 @@ note_inflight (void)
     ;
 }
 
+/* A wait from 0 to jitter_ns, the next of the seed's sequence. */
+static uint64_t
+jitter (void)
+{
+  uint64_t old = __atomic_load_n (&jitter_state, __ATOMIC_RELAXED), x;
+
+  if (jitter_ns == 0)
+    return 0;
+  do {
+    x = old;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+  } while (!__atomic_compare_exchange_n (&jitter_state, &old, x, false,
+                                         __ATOMIC_RELAXED,
+                                         __ATOMIC_RELAXED));
+  return x % (jitter_ns + 1);
+}
+
 static int
 wait_for (uint32_t count, uint64_t *counter)
 {
-  uint64_t ns = latency_ns;
+  uint64_t ns = latency_ns + jitter ();
   int r;
 
   __atomic_fetch_add (&calls, 1, __ATOMIC_RELAXED);
@@ -507,7 +541,8 @@ static struct nbdkit_plugin plugin = {
   .config_help       = "size=SIZE latency=TIME bandwidth=BYTES/S "
                        "cluster=SIZE decode=TIME decoders=N "
                        "serialize=BOOL calls=FILE bad-offset=SIZE "
-                       "bad-length=SIZE bad-file=FILE first-touch=TIME prefault=BOOL "
+                       "bad-length=SIZE bad-file=FILE first-touch=TIME jitter=TIME "
+                       "seed=N prefault=BOOL "
                        "file=FILE",
   .get_ready         = model_get_ready,
   .unload            = model_unload,

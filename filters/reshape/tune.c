@@ -335,6 +335,17 @@ model_ns (const struct tune *t, uint64_t s)
   return t->lat_ns + s * t->ns_per_byte;
 }
 
+/* The power of 2 times lo nearest target, from lo up to hi. */
+static uint64_t
+pow2_nearest (uint64_t lo, double target, uint64_t hi)
+{
+  uint64_t p = lo;
+
+  while (p < hi && p * 1.41421356 < target)
+    p *= 2;
+  return p;
+}
+
 /* From the probe: the sizes, and why. */
 static void
 choose_sizes (struct tune *t)
@@ -361,15 +372,11 @@ choose_sizes (struct tune *t)
    * qemu-img, 256K a third slower).  The power of 2 nearest, at least
    * G, at most PREFERRED_CAP.
    */
-  p = t->grain;
-  if (t->ns_per_byte > 0) {
-    const double target = t->lat_ns / t->ns_per_byte *
-      (reshape_cfg.parallel_ok ? 0.5 : 2);
-    while (p < PREFERRED_CAP && p * 1.41421356 < target)
-      p *= 2;
-  }
+  if (t->ns_per_byte > 0)
+    p = pow2_nearest (t->grain, t->lat_ns / t->ns_per_byte *
+                      (reshape_cfg.parallel_ok ? 0.5 : 2), PREFERRED_CAP);
   else
-    p = max_u64 (p, PREFERRED_CAP);
+    p = max_u64 (t->grain, PREFERRED_CAP);
   p = min_u64 (p, PREFERRED_CAP);
   t->sizes = (struct tune_sizes) {
     .preferred = p, .unit = p, .grain = t->grain,
@@ -774,18 +781,16 @@ beside_hint (struct prober *pr)
 {
   struct probe *p = &pr->p;
   const uint64_t s = min_u64 (HINT_READ, pow2_floor (pr->limit));
-  double ts, target;
+  double ts;
 
   pr->hint = min_u64 (SLOW_PREFERRED, s);
   if (s <= SLOW_PREFERRED || (ts = time_fresh (p, s)) < 0)
     return;
-  if (ts <= KNEE * p->flat) {
+  if (ts <= KNEE * p->flat)
     pr->hint = s;
-    return;
-  }
-  target = p->flat * s / (ts - p->flat) / 2;
-  while (pr->hint < s && pr->hint * 1.41421356 < target)
-    pr->hint *= 2;
+  else
+    pr->hint = pow2_nearest (pr->hint, p->flat * s / (ts - p->flat) / 2,
+                             s);
 }
 
 /* The probe goes on beside (false: it could not, and goes on here). */
