@@ -6,7 +6,9 @@
 #     and a 1M read no more than half as long again; 512K if that read
 #     was late); connections made after the probe are told what it
 #     found; data written and read before and
-#     after the model came is right, and so is a stream of 4K reads
+#     after the model came is right (8M reads before it are weighed
+#     for cutting by the first reads' cost per call and per byte, and
+#     cut every other time), and so is a stream of 4K reads
 #     after it, which grains fetched ahead serve.  Over the model
 #     plugin (bench/model-plugin.c), and over the file plugin's dir=
 #     mode, whose exports have names, under the delay filter;
@@ -43,7 +45,10 @@ assert 256 << 10 <= told <= 1 << 20, \
     "first connection told %d" % told
 want = os.urandom(8 << 20)
 first.pwrite(want, 0)
-assert first.pread(8 << 20, 0) == want, "read before the model: wrong"
+# Before the model, 8M reads are cut by the first reads' (every other
+# one, to measure it) and whole.
+for i in range(4):
+    assert first.pread(8 << 20, 0) == want, "read %d before the model: wrong" % i
 # A probe that gave up (the checkers may slow its reads as if the
 # plugin were busy) is made again by a new connection, kept open: the
 # probe reads through it.
@@ -88,10 +93,13 @@ EOF
 # output) checked;
 # AHEAD=yes: its stream must have been fetched ahead (the model
 # plugin's grain is smaller than the pool can lend; not under the
-# checkers, which slow the probe's reads out of shape).
+# checkers, which slow the probe's reads out of shape), and the 8M
+# reads were weighed for cutting before the probe was over, by the
+# first reads (the model plugin's 1M read costs a third more than its
+# 4K read: a bandwidth to cut by).
 beside ()
 {
-  local uri=$1 ahead=$2 n; shift 2
+  local uri=$1 ahead=$2 n early over; shift 2
   rm -f "$tmp/stats"
   nbdkit -U - --filter="$FILTER" -v -D reshape.tune=1 "$@" \
     reshape-stats="$tmp/stats" \
@@ -106,6 +114,13 @@ beside ()
   echo "grains fetched ahead of the stream: $n"
   [ "$ahead" != yes ] || [ -n "${RESHAPE_CHECK:-}" ] || test "$n" -ge 1 ||
     fail "the 4K stream was not fetched ahead"
+  early=$(grep -n "tune: '[^']*' reads of 8192K: whole (the model" \
+    "$tmp/err" | head -1 | cut -d: -f1)
+  over=$(grep -n 'probed beside the first' "$tmp/err" | head -1 | cut -d: -f1)
+  echo "8M reads weighed at log line ${early:-never}, the probe over at $over"
+  [ "$ahead" != yes ] || [ -n "${RESHAPE_CHECK:-}" ] ||
+    { test -n "$early" && test "$early" -lt "$over"; } ||
+    fail "8M reads were not weighed for cutting before the probe was over"
 }
 beside '$uri' yes "$MODEL" size=64M latency=30ms bandwidth=100M
 mkdir "$tmp/dir"

@@ -33,7 +33,8 @@
  * parallel, the probe goes on in a thread, reading through the first
  * connection's plugin context, and the connections made meanwhile
  * start with the static sizes, but told a preferred size from one 1M
- * read more (go_beside, beside_hint, tune_start_sizes).
+ * read more, and their large requests cut by what that read and the
+ * first show (go_beside, beside_hint, tune_start_sizes, cut_model).
  * From it:
  *
  *   - grain G: no request is cut into pieces smaller than G (each
@@ -112,6 +113,14 @@ NBDKIT_DLL_PUBLIC int reshape_debug_tune;
 
 enum state { UNKNOWN, PROBING, KNOWN };
 
+/* What cutting goes by: a call of s bytes costs flat_ns up to grain,
+ * then lat_ns + s * ns_per_byte (0: flat for good, never cut).
+ */
+struct cut_model {
+  uint64_t grain;                       /* 0: no model */
+  double flat_ns, lat_ns, ns_per_byte;
+};
+
 /* Plugin calls of one size class. */
 struct cost {
   uint64_t calls, bytes, ns;            /* totals, atomic */
@@ -139,6 +148,7 @@ struct tune {
   const void *lender;                   /* whose plugin context it reads */
   bool cancel;                          /* the lender is ending: stop */
   uint32_t hint;                        /* told meanwhile (beside_hint) */
+  struct cut_model early;               /* cut by meanwhile (ditto) */
   double floor_ns;                      /* fastest 4K of any probe, 0: none */
   /* The probe's findings. */
   bool measured;                        /* the probe got numbers */
@@ -324,15 +334,23 @@ time_fresh (struct probe *p, uint32_t len)
   return time_read (p, len, p->place++);
 }
 
-/* The cost of a call of s bytes as the probe found it. */
-static double
-model_ns (const struct tune *t, uint64_t s)
+/* The model the probe found.  Its fields are set once (publish). */
+static struct cut_model
+probed (const struct tune *t)
 {
-  double flat = t->probe_ns[class_of (t->grain)];
+  return (struct cut_model) {
+    .grain = t->grain, .flat_ns = t->probe_ns[class_of (t->grain)],
+    .lat_ns = t->lat_ns, .ns_per_byte = t->ns_per_byte,
+  };
+}
 
-  if (s <= t->grain || t->ns_per_byte == 0)
-    return flat;
-  return t->lat_ns + s * t->ns_per_byte;
+/* The cost of a call of s bytes as model m has it. */
+static double
+model_ns (const struct cut_model *m, uint64_t s)
+{
+  if (s <= m->grain || m->ns_per_byte == 0)
+    return m->flat_ns;
+  return m->lat_ns + s * m->ns_per_byte;
 }
 
 /* The power of 2 times lo nearest target, from lo up to hi. */
@@ -350,6 +368,7 @@ pow2_nearest (uint64_t lo, double target, uint64_t hi)
 static void
 choose_sizes (struct tune *t)
 {
+  const struct cut_model m = probed (t);
   uint64_t p;
 
   if (t->fast) {
@@ -384,7 +403,7 @@ choose_sizes (struct tune *t)
   snprintf (t->why, sizeof t->why,
             "cost flat up to %" PRIu32 "K (%.2f ms), then %.2f ms + "
             "%.0f MB/s per stream: clients told %" PRIu64 "K",
-            t->grain / 1024, model_ns (t, t->grain) / 1e6, t->lat_ns / 1e6,
+            t->grain / 1024, model_ns (&m, t->grain) / 1e6, t->lat_ns / 1e6,
             t->ns_per_byte > 0 ? 1e3 / t->ns_per_byte : 0.0, p / 1024);
 }
 
@@ -578,6 +597,7 @@ struct prober {
   struct geometry geo;
   uint64_t limit;                       /* its largest read */
   uint32_t hint;                        /* told while it goes on beside */
+  struct cut_model early;               /* cut by meanwhile */
   bool first_loaded;                    /* plugin calls beside p.flat */
 };
 
@@ -749,10 +769,10 @@ beside_thread (void *arg)
  * goes on in a thread, through the plugin context of the connection
  * that started it (which carries its export name, as a context of the
  * filter's own would not), and the connections made meanwhile keep the
- * static sizes (clients are told beside_hint's size, requests are sent
- * whole)
- * until the model is there: then their requests are cut and their
- * streams fetched by it, and later connections are told its sizes.
+ * static sizes (clients are told beside_hint's size, and requests are
+ * cut only by what beside_hint's reads show) until the model is there:
+ * then their requests are cut and their streams fetched by it, and
+ * later connections are told its sizes.
  * Only a stack that takes requests in parallel may be read beside its
  * connection.  The connection's end stops the probe (tune_release).
  */
@@ -791,6 +811,21 @@ beside_hint (struct prober *pr)
   else
     pr->hint = pow2_nearest (pr->hint, p->flat * s / (ts - p->flat) / 2,
                              s);
+  if (ts <= p->flat)
+    return;
+  /* The same two reads give L + s / B: requests larger than twice the
+   * hint are cut by it until the probe is over (no smaller than the
+   * hint: where the cost stops being flat below it is not known yet),
+   * where the model promises a gain, and kept cut only where cutting
+   * is measured to be faster (tune_cut_begin).  Over 20 ms and
+   * 100 MB/s, qemu-img's 2M reads would otherwise go whole for the
+   * half second the probe takes, most of a copy of 256M.
+   */
+  pr->early = (struct cut_model) {
+    .grain = pr->hint, .lat_ns = p->flat,
+    .ns_per_byte = (ts - p->flat) / s,
+  };
+  pr->early.flat_ns = p->flat + pr->hint * pr->early.ns_per_byte;
 }
 
 /* The probe goes on beside (false: it could not, and goes on here). */
@@ -801,6 +836,7 @@ go_beside (struct prober *pr, const void *lender)
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
   t->hint = pr->hint;
+  t->early = pr->early;
   pr->p.beside = t;
   if (pthread_create (&t->thread, NULL, beside_thread, pr) != 0) {
     pr->p.beside = NULL;
@@ -814,8 +850,10 @@ go_beside (struct prober *pr, const void *lender)
   if (reshape_debug_tune)
     nbdkit_debug ("reshape: tune: export '%s': a %" PRIu32 "K read took "
                   "%.1f ms: the probe goes on beside the connections, "
-                  "told %" PRIu32 "K meanwhile", t->name, pr->p.base / 1024,
-                  pr->p.flat / 1e6, t->hint / 1024);
+                  "told %" PRIu32 "K meanwhile%s", t->name, pr->p.base / 1024,
+                  pr->p.flat / 1e6, t->hint / 1024,
+                  t->early.grain ? ", cut by these reads" :
+                  "");
   return true;
 }
 
@@ -1003,19 +1041,37 @@ lanes (struct tune *t)
   return max_u64 (reshape_cfg.parallel / max_u64 (n, 1), 1);
 }
 
+/* What a request of count bytes is cut by, if anything may cut it:
+ * the probe's model; while the probe goes on beside the connections,
+ * the handshake's (beside_hint); neither for a plugin without latency
+ * or a request too small to cut in two grains.  Lock held.
+ */
+static bool
+cut_model (const struct tune *t, uint64_t count, struct cut_model *m)
+{
+  if (t->measured && !t->fast)
+    *m = probed (t);
+  else if (t->beside && t->early.grain)
+    *m = t->early;
+  else
+    return false;
+  return count >= 2 * m->grain;
+}
+
 /* The model's best cut of count bytes and its gain over whole. */
 static uint64_t
-best_cut (struct tune *t, uint64_t count, uint32_t max, double *gain)
+best_cut (struct tune *t, const struct cut_model *m, uint64_t count,
+          uint32_t max, double *gain)
 {
   const unsigned l = lanes (t);
-  const double whole = model_ns (t, min_u64 (count, max)) *
+  const double whole = model_ns (m, min_u64 (count, max)) *
     ((count + max - 1) / max);
   uint64_t s, best = count;
   double best_ns = whole;
 
-  for (s = max_u64 (t->grain, 4096); s <= count / 2 && s <= max; s *= 2) {
+  for (s = max_u64 (m->grain, 4096); s <= count / 2 && s <= max; s *= 2) {
     uint64_t pieces = (count + s - 1) / s;
-    double ns = ((pieces + l - 1) / l) * model_ns (t, s);
+    double ns = ((pieces + l - 1) / l) * model_ns (m, s);
     if (ns < best_ns) {
       best_ns = ns;
       best = s;
@@ -1028,12 +1084,14 @@ best_cut (struct tune *t, uint64_t count, uint32_t max, double *gain)
 uint64_t
 tune_cut_model (struct tune *t, uint64_t count, uint32_t max)
 {
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+  struct cut_model m;
   uint64_t cut;
   double gain;
 
-  if (!model_ready (t) || t->fast || count < 2 * (uint64_t) t->grain)
+  if (!cut_model (t, count, &m))
     return min_u64 (count, max);
-  cut = best_cut (t, count, max, &gain);
+  cut = best_cut (t, &m, count, max, &gain);
   return gain >= FLAT ? cut : min_u64 (count, max);
 }
 
@@ -1041,17 +1099,18 @@ uint32_t
 tune_cut_begin (struct tune *t, enum tune_dir d, uint64_t count,
                 uint32_t max, struct tune_choice *c)
 {
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+  struct cut_model m;
   struct bandit *b;
   uint64_t cut;
   double gain;
   bool explore;
 
   c->cls = -1;
-  if (!model_ready (t) || t->fast || count < 2 * (uint64_t) t->grain)
+  if (!cut_model (t, count, &m))
     return min_u64 (count, max);
   __atomic_add_fetch (&t->inflight, 1, __ATOMIC_RELAXED);
-  cut = best_cut (t, count, max, &gain);
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+  cut = best_cut (t, &m, count, max, &gain);
   b = &t->bandits[d][class_of (count)];
   if (!b->used) {
     /* The model comes from reads: for writes its promise is no more
