@@ -174,7 +174,8 @@ model_config (const char *key, const char *value)
   else if (strcmp (key, "seed") == 0) {
     if (nbdkit_parse_uint64_t ("seed", value, &jitter_state) == -1)
       return -1;
-    jitter_state = jitter_state ? jitter_state : 1;  /* 0 stays 0 */
+    if (jitter_state == 0)              /* xorshift would stay at 0 */
+      jitter_state = 1;
   }
   else if (strcmp (key, "first-touch") == 0) {
     if (parse_time (value, &first_touch_ns) == -1) {
@@ -541,9 +542,8 @@ static struct nbdkit_plugin plugin = {
   .config_help       = "size=SIZE latency=TIME bandwidth=BYTES/S "
                        "cluster=SIZE decode=TIME decoders=N "
                        "serialize=BOOL calls=FILE bad-offset=SIZE "
-                       "bad-length=SIZE bad-file=FILE first-touch=TIME jitter=TIME "
-                       "seed=N prefault=BOOL "
-                       "file=FILE",
+                       "bad-length=SIZE bad-file=FILE first-touch=TIME "
+                       "jitter=TIME seed=N prefault=BOOL file=FILE",
   .get_ready         = model_get_ready,
   .unload            = model_unload,
   .thread_model      = model_thread_model,

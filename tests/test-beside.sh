@@ -8,7 +8,7 @@
 #     found; data written and read before and
 #     after the model came is right (8M reads before it are weighed
 #     for cutting by the first reads' cost per call and per byte, and
-#     cut every other time), and so is a stream of 4K reads
+#     some are cut), and so is a stream of 4K reads
 #     after it, which grains fetched ahead serve.  Over the model
 #     plugin (bench/model-plugin.c), and over the file plugin's dir=
 #     mode, whose exports have names, under the delay filter;
@@ -96,12 +96,14 @@ EOF
 # checkers, which slow the probe's reads out of shape), and the 8M
 # reads were weighed for cutting before the probe was over, by the
 # first reads (the model plugin's 1M read costs a third more than its
-# 4K read: a bandwidth to cut by).
+# 4K read: a bandwidth to cut by), found worth trying, and one was cut
+# (a second piece: -D reshape.split=1).
 beside ()
 {
-  local uri=$1 ahead=$2 n early over; shift 2
+  local uri=$1 ahead=$2 n early over gain cut; shift 2
   rm -f "$tmp/stats"
-  nbdkit -U - --filter="$FILTER" -v -D reshape.tune=1 "$@" \
+  nbdkit -U - --filter="$FILTER" -v -D reshape.tune=1 -D reshape.split=1 \
+    "$@" \
     reshape-stats="$tmp/stats" \
     --run "/usr/bin/python3 $tmp/beside.py \"$uri\" $least $tmp/err" \
     2> "$tmp/err" ||
@@ -114,13 +116,19 @@ beside ()
   echo "grains fetched ahead of the stream: $n"
   [ "$ahead" != yes ] || [ -n "${RESHAPE_CHECK:-}" ] || test "$n" -ge 1 ||
     fail "the 4K stream was not fetched ahead"
-  early=$(grep -n "tune: '[^']*' reads of 8192K: whole (the model" \
-    "$tmp/err" | head -1 | cut -d: -f1)
+  [ "$ahead" = yes ] && [ -z "${RESHAPE_CHECK:-}" ] || return 0
   over=$(grep -n 'probed beside the first' "$tmp/err" | head -1 | cut -d: -f1)
-  echo "8M reads weighed at log line ${early:-never}, the probe over at $over"
-  [ "$ahead" != yes ] || [ -n "${RESHAPE_CHECK:-}" ] ||
-    { test -n "$early" && test "$early" -lt "$over"; } ||
-    fail "8M reads were not weighed for cutting before the probe was over"
+  head -n "$over" "$tmp/err" > "$tmp/before"
+  early=$(grep "tune: '[^']*' reads of 8192K: whole (the model" \
+    "$tmp/before" | head -1)
+  gain=$(echo "$early" | sed -n 's/.*the model: \([0-9.]*\)x faster.*/\1/p')
+  cut=$(grep -c 'debug: reshape: piece [1-9]' "$tmp/before")
+  echo "before the probe was over: 8M reads weighed: ${gain:-never}x; \
+$cut second pieces or later"
+  [ -n "$gain" ] || fail "8M reads were not weighed before the probe was over"
+  awk -v g="$gain" 'BEGIN { exit !(g >= 1.25) }' ||
+    fail "the first reads' model found no gain in cutting 8M reads"
+  test "$cut" -ge 1 || fail "no 8M read was cut before the probe was over"
 }
 beside '$uri' yes "$MODEL" size=64M latency=30ms bandwidth=100M
 mkdir "$tmp/dir"

@@ -3,12 +3,12 @@
  * SPDX-License-Identifier: BSD-3-Clause
  *
  * Client requests become plugin requests here.  Every read, write,
- * zero, trim, cache and extents request the plugin gets comes through
- * this file (only flush goes straight from reshape.c).  Each operation walks
- * its range (walk.c) and runs one small function per piece.  Data
- * pieces read into or write from slices of the client's buffer
- * directly; only partial blocks go through bounce buffers from the
- * pool: read whole, then copied out (reads) or patched and written
+ * zero, trim, cache, extents and flush request the plugin gets comes
+ * through this file, counted in flight for the probe (tune.c).  Each
+ * operation walks its range (walk.c) and runs one small function per
+ * piece.  Data pieces read into or write from slices of the client's
+ * buffer directly; only partial blocks go through bounce buffers from
+ * the pool: read whole, then copied out (reads) or patched and written
  * back whole (writes: read-modify-write).
  *
  * Locking.  Each piece of a write, zero or trim locks the blocks it
@@ -135,8 +135,9 @@ rmw_write (const struct io *io, const struct piece *p, const void *src,
   return r;
 }
 
-/* fn's plugin calls, counted in flight while they run: a probe's
- * read made meanwhile may have waited behind them (tune.c).
+/* fn, counted in flight while it runs (its plugin calls, and the
+ * bounce buffer it may wait for first): a probe's read made meanwhile
+ * may have waited behind them (tune.c).
  */
 static int
 call_piece (const struct op *o, const struct piece *p, piece_fn fn,
@@ -539,7 +540,7 @@ split_cache (const struct io *io, uint32_t count, uint64_t offset,
   walk_init (&w, io->geo, start, end - start, UINT32_MAX);
   if (!walk_next (&w, &p))      /* a non-empty range has a piece */
     abort ();
-  return cache_piece (&o, &p, err);
+  return call_piece (&o, &p, cache_piece, err);
 }
 
 /* Extents may answer for a prefix of the range.  The plugin is asked

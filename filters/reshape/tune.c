@@ -419,8 +419,9 @@ choose_sizes (struct tune *t)
  * probes.  A repeat that looks flat settles it the other way.
  *
  * A base read above the flat cost while the filter's other calls to
- * the plugin were in flight settles nothing: the plugin is busier than when the flat
- * cost was found, and a repeat slowed alike would pass for flat.
+ * the plugin were in flight settles nothing: the plugin is busier than
+ * when the flat cost was found, and a repeat slowed alike would pass
+ * for flat.
  * Every size would then look flat up to the largest read, and clients
  * would be told 8M for good (seen beside a client keeping 8 reads in
  * flight over a plugin that decodes one cluster at a time: every
@@ -732,7 +733,12 @@ probe_done (struct prober *pr)
       t->floor_ns = pr->p.flat;
     if (measured)
       publish (t, found);
-    else
+    /* What the bandits measured under beside_hint's model was cut at
+     * other sizes: they start anew with the probe's.
+     */
+    if (measured && pr->p.beside)
+      memset (t->bandits, 0, sizeof t->bandits);
+    if (!measured)
       snprintf (t->why, sizeof t->why, "not measured%s: static sizes",
                 pr->p.busy >= BUSY_CHECKS ? " (the plugin was busy: "
                 "its smallest reads slowed down)" :
@@ -811,15 +817,17 @@ beside_hint (struct prober *pr)
   else
     pr->hint = pow2_nearest (pr->hint, p->flat * s / (ts - p->flat) / 2,
                              s);
-  if (ts <= p->flat)
+  if (ts <= p->flat || p->loaded_any)
     return;
-  /* The same two reads give L + s / B: requests larger than twice the
-   * hint are cut by it until the probe is over (no smaller than the
-   * hint: where the cost stops being flat below it is not known yet),
-   * where the model promises a gain, and kept cut only where cutting
-   * is measured to be faster (tune_cut_begin).  Over 20 ms and
-   * 100 MB/s, qemu-img's 2M reads would otherwise go whole for the
-   * half second the probe takes, most of a copy of 256M.
+  /* The same two reads give L + s / B: clients' requests of twice the
+   * hint or more are weighed by it until the probe is over (cut no
+   * smaller than the hint: where the cost stops being flat below it is
+   * not known yet), tried cut where the model promises a gain, and
+   * kept cut only where cutting is measured to be faster
+   * (tune_cut_begin).  Over 20 ms and 100 MB/s, qemu-img's 2M reads
+   * would otherwise go whole for the half second the probe takes, most
+   * of a copy of 256M.  Not from reads that other calls to the plugin
+   * may have slowed (busy).
    */
   pr->early = (struct cut_model) {
     .grain = pr->hint, .lat_ns = p->flat,
@@ -1043,15 +1051,17 @@ lanes (struct tune *t)
 
 /* What a request of count bytes is cut by, if anything may cut it:
  * the probe's model; while the probe goes on beside the connections,
- * the handshake's (beside_hint); neither for a plugin without latency
- * or a request too small to cut in two grains.  Lock held.
+ * if early, the handshake's (beside_hint); neither for a plugin
+ * without latency or a request too small to cut in two grains.  Lock
+ * held.
  */
 static bool
-cut_model (const struct tune *t, uint64_t count, struct cut_model *m)
+cut_model (const struct tune *t, uint64_t count, bool early,
+           struct cut_model *m)
 {
   if (t->measured && !t->fast)
     *m = probed (t);
-  else if (t->beside && t->early.grain)
+  else if (early && t->beside && t->early.grain)
     *m = t->early;
   else
     return false;
@@ -1089,7 +1099,10 @@ tune_cut_model (struct tune *t, uint64_t count, uint32_t max)
   uint64_t cut;
   double gain;
 
-  if (!cut_model (t, count, &m))
+  /* Only the probe's: nothing measures how the filter's own reads
+   * fare cut.
+   */
+  if (!cut_model (t, count, false, &m))
     return min_u64 (count, max);
   cut = best_cut (t, &m, count, max, &gain);
   return gain >= FLAT ? cut : min_u64 (count, max);
@@ -1107,7 +1120,7 @@ tune_cut_begin (struct tune *t, enum tune_dir d, uint64_t count,
   bool explore;
 
   c->cls = -1;
-  if (!cut_model (t, count, &m))
+  if (!cut_model (t, count, true, &m))
     return min_u64 (count, max);
   __atomic_add_fetch (&t->inflight, 1, __ATOMIC_RELAXED);
   cut = best_cut (t, &m, count, max, &gain);
