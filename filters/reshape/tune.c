@@ -34,7 +34,7 @@
  * connection's plugin context, and the connections made meanwhile
  * start with the static sizes, but told a preferred size from one 1M
  * read more, and their large requests cut by what that read and the
- * first show (go_beside, beside_hint, tune_start_sizes, cut_model).
+ * first show (go_beside, beside_hint, tune_start_sizes, model_for).
  * From it:
  *
  *   - grain G: no request is cut into pieces smaller than G (each
@@ -421,16 +421,15 @@ choose_sizes (struct tune *t)
  * A base read above the flat cost while the filter's other calls to
  * the plugin were in flight settles nothing: the plugin is busier than
  * when the flat cost was found, and a repeat slowed alike would pass
- * for flat.
- * Every size would then look flat up to the largest read, and clients
- * would be told 8M for good (seen beside a client keeping 8 reads in
- * flight over a plugin that decodes one cluster at a time: every
- * probe read waited 0.18 s behind the client's).  Such checks do not
- * count; the BUSY_CHECKS'th makes the probe give up, and the next
- * connection probes anew.  (With no other call in flight, a
- * slow base read is the plugin's own variance, a disk's seek or a
- * network's jitter, and counts as doubt, so as flat.)  1 above, 0
- * flat, -1 error or busy; *ts is the fastest read of s.
+ * for flat.  Every size would then look flat up to the largest read,
+ * and clients would be told 8M for good (seen beside a client keeping
+ * 8 reads in flight over a plugin that decodes one cluster at a time:
+ * every probe read waited 0.18 s behind the client's).  Such checks do
+ * not count; the BUSY_CHECKS'th makes the probe give up, and the next
+ * connection probes anew.  (With no other call in flight, a slow base
+ * read is the plugin's own variance, a disk's seek or a network's
+ * jitter, and counts as doubt, so as flat.)  1 above, 0 flat, -1 error
+ * or busy; *ts is the fastest read of s.
  */
 #define CHECKS 2
 #define BUSY_CHECKS 4
@@ -858,10 +857,9 @@ go_beside (struct prober *pr, const void *lender)
   if (reshape_debug_tune)
     nbdkit_debug ("reshape: tune: export '%s': a %" PRIu32 "K read took "
                   "%.1f ms: the probe goes on beside the connections, "
-                  "told %" PRIu32 "K meanwhile%s", t->name, pr->p.base / 1024,
-                  pr->p.flat / 1e6, t->hint / 1024,
-                  t->early.grain ? ", cut by these reads" :
-                  "");
+                  "told %" PRIu32 "K meanwhile%s", t->name,
+                  pr->p.base / 1024, pr->p.flat / 1e6, t->hint / 1024,
+                  t->early.grain ? ", cut by these reads" : "");
   return true;
 }
 
@@ -1056,7 +1054,7 @@ lanes (struct tune *t)
  * held.
  */
 static bool
-cut_model (const struct tune *t, uint64_t count, bool early,
+model_for (const struct tune *t, uint64_t count, bool early,
            struct cut_model *m)
 {
   if (t->measured && !t->fast)
@@ -1102,7 +1100,7 @@ tune_cut_model (struct tune *t, uint64_t count, uint32_t max)
   /* Only the probe's: nothing measures how the filter's own reads
    * fare cut.
    */
-  if (!cut_model (t, count, false, &m))
+  if (!model_for (t, count, false, &m))
     return min_u64 (count, max);
   cut = best_cut (t, &m, count, max, &gain);
   return gain >= FLAT ? cut : min_u64 (count, max);
@@ -1120,7 +1118,7 @@ tune_cut_begin (struct tune *t, enum tune_dir d, uint64_t count,
   bool explore;
 
   c->cls = -1;
-  if (!cut_model (t, count, true, &m))
+  if (!model_for (t, count, true, &m))
     return min_u64 (count, max);
   __atomic_add_fetch (&t->inflight, 1, __ATOMIC_RELAXED);
   cut = best_cut (t, &m, count, max, &gain);
