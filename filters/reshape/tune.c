@@ -20,8 +20,9 @@
  *     read's time is the per-call cost L, and the knee's time beyond
  *     it gives the bandwidth B of one stream (L + s/B for s > G).
  *     A read that looks above the flat cost is checked against a
- *     base read and read again, so that a busy machine's slow reads
- *     are not taken for the knee; a probe whose base reads slow down
+ *     base read and read again (more often if the base reads vary),
+ *     so that a busy machine's slow reads or a plugin's jitter are
+ *     not taken for the knee; a probe whose base reads slow down
  *     while the filter has other calls in flight to the plugin (for
  *     clients, readahead, write-back: queued in front of its own)
  *     gives up (see above_flat).
@@ -273,6 +274,7 @@ struct probe {
   char *buf;
   uint32_t base;                        /* the smallest read */
   double flat;                          /* its fastest time so far */
+  double base_max;                      /* its slowest, nothing beside */
   unsigned place;                       /* the next fresh place */
   unsigned reads;                       /* reads made */
   bool loaded;                          /* plugin calls beside the last */
@@ -432,7 +434,30 @@ choose_sizes (struct tune *t)
  * or busy; *ts is the fastest read of s.
  */
 #define CHECKS 2
+#define NOISY_CHECKS 5
 #define BUSY_CHECKS 4
+
+/* A plugin's own variance (a network's jitter): the base reads made
+ * with nothing else in flight differ by more than KNEE.  A repeat of a
+ * small read is then above the base read next to it by chance, often
+ * enough to pass both checks (over 2 ms of latency and up to 8 ms of
+ * jitter, 4 probes in 120 found a knee at 64K and told clients 32K:
+ * the bandwidth was 200 MB/s, 64K costs 0.3 ms more than 4K).  Such a
+ * plugin's knee must pass NOISY_CHECKS: a knee a real bandwidth makes
+ * passes any number, and only grows with the size.
+ */
+static void
+note_base (struct probe *p, double tb, bool loaded)
+{
+  if (!loaded && tb > p->base_max)
+    p->base_max = tb;
+}
+
+static unsigned
+checks (const struct probe *p)
+{
+  return p->base_max > KNEE * p->flat ? NOISY_CHECKS : CHECKS;
+}
 
 /* Did a base read of tb, made while the filter's calls were in flight
  * (loaded), wait behind them?  Judged by the fastest base read of
@@ -460,12 +485,13 @@ above_flat (struct probe *p, uint32_t s, double *ts)
     return 0;
   }
   k = 0;
-  while (k < CHECKS) {
+  while (k < checks (p)) {
     double tb = time_fresh (p, p->base);
     const bool loaded = p->loaded;
     double again = tb < 0 ? -1 : time_fresh (p, s);
     if (again < 0)
       return -1;
+    note_base (p, tb, loaded);
     *ts = again < *ts ? again : *ts;
     p->flat = tb < p->flat ? tb : p->flat;
     if (again <= KNEE * p->flat)
@@ -566,7 +592,10 @@ first_touch (struct probe *p, double ts, unsigned place)
   again = time_read (p, p->base, place);
   if (again < 0)
     return -1;
-  return again < PLUGIN_SLOW_NS ? again : ts;
+  if (again < PLUGIN_SLOW_NS)
+    return again;
+  note_base (p, again, p->loaded);
+  return ts;
 }
 
 static double
@@ -579,6 +608,7 @@ time_base (struct probe *p)
     double ts = first_touch (p, time_fresh (p, p->base), place);
     if (ts < 0)
       return -1;
+    note_base (p, ts, p->loaded);
     t0 = t0 < 0 || ts < t0 ? ts : t0;
   } while (t0 >= PLUGIN_SLOW_NS && t0 < FAST_RETRY_NS &&
            p->reads < FAST_RETRIES);
