@@ -11,7 +11,8 @@
 #     one whose only cost is the first touch of each 2M region (a
 #     read there again is fast);
 #   - 1 ms of latency at 400 MB/s per request: 32M reads are cut (the
-#     model and then the measurement say so);
+#     model and then the measurement say so), but not when the client
+#     keeps more of them in flight than the plugin has lanes;
 #   - 2 ms of latency with up to 8 ms of jitter, and no other request
 #     in flight: learnt (a slow 4K read is the plugin's own variance,
 #     not a sign that it is busy), told 64K-8M, data checked;
@@ -158,6 +159,24 @@ nbdkit -U - --filter="$FILTER" "$MODEL" size=512M latency=1ms \
 grep -E 'reshape-size=auto|reads of 32768K' "$tmp/stats"
 grep -q 'reads of 32768K+: cut' "$tmp/stats" ||
   fail "1 ms plugin: 32M reads were not cut"
+
+# The same reads, 8 in flight, with reshape-parallel=4: the client's
+# requests already use every lane the plugin has, and cutting them
+# would only slow the others (the model plugin has no bandwidth shared
+# between requests, so here cutting would look faster, and does
+# without the lanes rule: 4 pieces each, about 190 reads).  A few
+# requests may be tried cut where fewer are in flight (the first and
+# the last ones); most go whole.
+rm -f "$tmp/calls" "$tmp/stats"
+nbdkit -U - --filter="$FILTER" "$MODEL" size=512M latency=1ms \
+  bandwidth=400M calls="$tmp/calls" reshape-parallel=4 \
+  reshape-stats="$tmp/stats" \
+  --run 'qemu-img bench -f raw -c 48 -d 8 -s 32M -S 32M "$uri" >/dev/null'
+reads=$(beyond_probe "$tmp/calls" "$tmp/stats")
+grep -E 'reads of 32768K' "$tmp/stats"
+echo "1 ms plugin, 8 x 32M reads in flight, 4 lanes: $reads plugin reads"
+test "$reads" -le 72 ||
+  fail "32M reads, 8 in flight over 4 lanes, were cut ($reads plugin reads for 48 reads)"
 
 # Jitter with nothing else in flight: the probe measures (a rule that
 # took every slow 4K read for a busy plugin gave up on 4 of 6 seeds
