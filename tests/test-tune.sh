@@ -165,9 +165,10 @@ grep -q 'reads of 32768K+: cut' "$tmp/stats" ||
 # requests already use every lane the plugin has, and cutting them
 # would only slow the others (the model plugin has no bandwidth shared
 # between requests, so here cutting would look faster, and does
-# without the lanes rule: 4 pieces each, about 190 reads).  A few
-# requests may be tried cut where fewer are in flight (the first and
-# the last ones); most go whole.
+# without the lanes rule: 4 pieces each, 177 reads).  Some requests
+# may be tried cut, or cut, where fewer are in flight (the first and
+# the last ones, or whenever the client is slow to send: 49 to 88
+# reads seen); most go whole.
 rm -f "$tmp/calls" "$tmp/stats"
 nbdkit -U - --filter="$FILTER" "$MODEL" size=512M latency=1ms \
   bandwidth=400M calls="$tmp/calls" reshape-parallel=4 \
@@ -176,8 +177,9 @@ nbdkit -U - --filter="$FILTER" "$MODEL" size=512M latency=1ms \
 reads=$(beyond_probe "$tmp/calls" "$tmp/stats")
 grep -E 'reads of 32768K' "$tmp/stats"
 echo "1 ms plugin, 8 x 32M reads in flight, 4 lanes: $reads plugin reads"
-test "$reads" -le 72 ||
-  fail "32M reads, 8 in flight over 4 lanes, were cut ($reads plugin reads for 48 reads)"
+test "$reads" -le 110 ||
+  fail "32M reads, 8 in flight over 4 lanes, were cut" \
+    "($reads plugin reads for 48 reads)"
 
 # 32M writes, one at a time: the model comes from reads, and for
 # writes its promise (13x here) is only a guess, so they are tried cut
