@@ -11,10 +11,11 @@
 #   1  walk rangelock ranges stage                       } nbdkit
 #   2  stats params
 #   3  pool workers sockbuf tune
-#   4  split cache
-#   5  merge writeback readahead
-#   6  export
-#   7  reshape (the nbdkit callbacks and the order of the stages)
+#   4  cut profile
+#   5  split cache probe
+#   6  merge writeback readahead
+#   7  export
+#   8  reshape (the nbdkit callbacks and the order of the stages)
 source "$srcdir/functions.sh"
 requires nm --version
 
@@ -23,10 +24,11 @@ layers="
 1 walk rangelock ranges stage
 2 stats params
 3 pool workers sockbuf tune
-4 split cache
-5 merge writeback readahead
-6 export
-7 reshape
+4 cut profile
+5 split cache probe
+6 merge writeback readahead
+7 export
+8 reshape
 "
 src="$srcdir/../filters/reshape"
 objs="$builddir/../filters/reshape/.libs"

@@ -66,6 +66,17 @@ pow2_floor (uint64_t v)
   return p;
 }
 
+/* The power of 2 times lo nearest target, from lo up to hi. */
+static inline uint64_t
+pow2_nearest (uint64_t lo, double target, uint64_t hi)
+{
+  uint64_t p = lo;
+
+  while (p < hi && p * 1.41421356 < target)
+    p *= 2;
+  return p;
+}
+
 static inline uint64_t
 now_ns (void)
 {

@@ -39,6 +39,8 @@
 #include "export.h"
 #include "merge.h"
 #include "pool.h"
+#include "probe.h"
+#include "profile.h"
 #include "readahead.h"
 #include "sockbuf.h"
 #include "split.h"
@@ -93,7 +95,7 @@ static void
 reshape_unload (void)
 {
   if (reshape_cfg.profile_file)
-    tune_save ();
+    profile_save ();
   stats_report (reshape_cfg.stats_file, tune_report);
   tune_free_all ();
   pool_free_all ();
@@ -123,7 +125,8 @@ reshape_config_complete (nbdkit_next_config_complete *next,
   }
   if (params_complete () == -1)
     return -1;
-  if (reshape_cfg.profile_file && tune_load (reshape_cfg.profile_file) == -1)
+  if (reshape_cfg.profile_file &&
+      profile_load (reshape_cfg.profile_file) == -1)
     return -1;
   pool_init (reshape_cfg.pool);
   pool_set_reclaim (cache_reclaim);
@@ -181,7 +184,7 @@ reshape_close (void *handle)
 {
   struct handle *h = handle;
 
-  tune_release (h->exp->tune, h);       /* done at finalize if called */
+  probe_release (h->exp->tune, h);       /* done at finalize if called */
   readahead_destroy (&h->ra);
   export_put (h->exp);
   free (h);
@@ -207,7 +210,7 @@ reshape_prepare (nbdkit_next *next, void *handle, int readonly)
    * beside this connection, which starts with the static sizes).
    */
   if (reshape_cfg.size == 0) {
-    tune_probe (h->exp->tune, next, &h->geo, h);
+    probe_start (h->exp->tune, next, &h->geo, h);
     tune_start_sizes (h->exp->tune, &learnt);
   }
   params_sizes (&h->geo, ppref, learnt.unit, learnt.preferred,
@@ -227,7 +230,7 @@ reshape_finalize (nbdkit_next *next, void *handle)
 
   call_init (&c, next, handle);
   /* A probe reading through this connection's next stops first. */
-  tune_release (c.h->exp->tune, c.h);
+  probe_release (c.h->exp->tune, c.h);
   writeback_close (&c.h->wb, &c.io);
   return 0;
 }

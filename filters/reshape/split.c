@@ -4,7 +4,7 @@
  *
  * Client requests become plugin requests here.  Every read, write,
  * zero, trim, cache, extents and flush request the plugin gets comes
- * through this file, counted in flight for the probe (tune.c).  Each
+ * through this file, counted in flight for the probe (probe.c).  Each
  * operation walks its range (walk.c) and runs one small function per
  * piece.  Data pieces read into or write from slices of the client's
  * buffer directly; only partial blocks go through bounce buffers from
@@ -37,6 +37,7 @@
 #include <nbdkit-filter.h>
 
 #include "common.h"
+#include "cut.h"
 #include "params.h"
 #include "pool.h"
 #include "rangelock.h"
@@ -137,7 +138,7 @@ rmw_write (const struct io *io, const struct piece *p, const void *src,
 
 /* fn, counted in flight while it runs (its plugin calls, and the
  * bounce buffer it may wait for first): a probe's read made meanwhile
- * may have waited behind them (tune.c).
+ * may have waited behind them (probe.c).
  */
 static int
 call_piece (const struct op *o, const struct piece *p, piece_fn fn,
@@ -391,11 +392,11 @@ pread_piece (const struct op *o, const struct piece *p, int *err)
 }
 
 /* Where a read or write of count bytes is cut: at reshape-size, or
- * (reshape-size=auto) where tune.c finds it pays, which may be not at
+ * (reshape-size=auto) where cut.c finds it pays, which may be not at
  * all.  data_done must follow.
  */
 static uint32_t
-data_step (struct op *o, uint64_t count, struct tune_choice *c)
+data_step (struct op *o, uint64_t count, struct cut_choice *c)
 {
   uint32_t step;
 
@@ -404,22 +405,20 @@ data_step (struct op *o, uint64_t count, struct tune_choice *c)
     return o->io->geo->size;
   o->timed = true;
   if (o->own) {
-    const uint64_t cut = tune_cut_model (o->io->tune, count,
-                                         o->io->geo->max);
+    const uint64_t cut = cut_own (o->io->tune, count, o->io->geo->max);
     return cut < count ? cut : UINT32_MAX;
   }
-  step = tune_cut_begin (o->io->tune, o->write ? TUNE_WRITE : TUNE_READ,
-                         count, o->io->geo->max, c);
+  step = cut_begin (o->io->tune, o->write ? TUNE_WRITE : TUNE_READ,
+                    count, o->io->geo->max, c);
   return step < count ? step : UINT32_MAX;    /* whole: up to the max */
 }
 
-/* A request that succeeded teaches tune.c what its cut cost. */
+/* A request that succeeded teaches cut.c what its cut cost. */
 static int
-data_done (const struct op *o, const struct tune_choice *c, int r)
+data_done (const struct op *o, const struct cut_choice *c, int r)
 {
   if (c->cls >= 0)
-    tune_cut_end (o->io->tune, o->write ? TUNE_WRITE : TUNE_READ, c,
-                  r == 0);
+    cut_end (o->io->tune, o->write ? TUNE_WRITE : TUNE_READ, c, r == 0);
   return r;
 }
 
@@ -435,7 +434,7 @@ split_pread_as (const struct io *io, void *buf, uint32_t count,
                 uint64_t offset, bool own, int *err)
 {
   struct op o = { .io = io, .offset = offset, .rbuf = buf, .own = own };
-  struct tune_choice c;
+  struct cut_choice c;
   uint32_t step = data_step (&o, count, &c);
 
   return data_done (&o, &c,
@@ -460,7 +459,7 @@ split_pwrite (const struct io *io, const void *buf, uint32_t count,
 {
   struct op o = { .io = io, .offset = offset, .wbuf = buf, .flags = flags,
                   .write = true };
-  struct tune_choice c;
+  struct cut_choice c;
   uint32_t step = data_step (&o, count, &c);
 
   return data_done (&o, &c, run_write (&o, count, step, pwrite_piece, err));

@@ -3,12 +3,15 @@
  * SPDX-License-Identifier: BSD-3-Clause
  *
  * reshape-size=auto: what the filter learns of each export's plugin,
- * and the sizes it picks from that.
+ * and the sizes it picks from that (see tune.c).  The fields of struct
+ * tune are the business of tune.c, probe.c, cut.c and profile.c; the
+ * rest of the filter goes through the functions.
  */
 
 #ifndef NBDKIT_RESHAPE_TUNE_H
 #define NBDKIT_RESHAPE_TUNE_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,34 +27,39 @@
  */
 #define PLUGIN_SLOW_NS (50 * 1000)
 
+#define MIN_SHIFT 12                    /* size classes from 4K ... */
+#define NCLASSES 16                     /* ... to 128M */
+#define PROBE_MAX (16 * 1024 * 1024)    /* the probe's largest read */
+
+/* -D reshape.tune=1: the probe and every decision that changes. */
+extern int reshape_debug_tune;
+
 enum tune_dir { TUNE_READ, TUNE_WRITE, TUNE_DIRS };
+enum tune_state { TUNE_UNKNOWN, TUNE_PROBING, TUNE_KNOWN };
 
-/* One export's learning.  Kept, by export name, until the filter is
- * unloaded: a client that reconnects finds what the last one taught.
+/* What cutting goes by: a call of s bytes costs flat_ns up to grain,
+ * then lat_ns + s * ns_per_byte (0: flat for good, never cut).
  */
-struct tune;
+struct cut_model {
+  uint64_t grain;                       /* 0: no model */
+  double flat_ns, lat_ns, ns_per_byte;
+};
 
-/* The export's learning; NULL with the error reported. */
-extern struct tune *tune_get (const char *exportname);
-extern void tune_free_all (void);
+/* Plugin calls of one size class. */
+struct cost {
+  uint64_t calls, bytes, ns;            /* totals, atomic */
+};
 
-/* What the first connection to an export learns by timed reads of
- * growing sizes (later connections wait for it and reuse it), unless
- * a profile (tune_load) already told.  A plugin too slow to hold the
- * handshake for that is probed beside the connections, in a thread
- * reading through this connection's next, and connections made
- * meanwhile keep the static sizes; lender (the connection; NULL:
- * never beside) must call tune_release before next is gone.  Never
- * fails: a plugin that cannot be measured keeps the static guesses.
- */
-extern void tune_probe (struct tune *t, nbdkit_next *next,
-                        const struct geometry *geo, const void *lender);
-
-/* The connection lender is ending: a probe reading through its next
- * stops at its next read (nothing is learnt; the next connection
- * probes again), and its thread is joined.
- */
-extern void tune_release (struct tune *t, const void *lender);
+/* Cut or whole, for one direction and size class of requests. */
+struct bandit {
+  bool used;
+  bool cut;                             /* the current choice */
+  double ns_per_byte[2];                /* EWMA, [0] whole, [1] cut */
+  unsigned samples[2];
+  unsigned since;                       /* requests since exploring */
+  unsigned every;                       /* explore every so many */
+  unsigned switches;
+};
 
 /* The sizes picked for a connection with this geometry: the size told
  * to clients as preferred, the unit that writes are staged in and
@@ -63,6 +71,91 @@ struct tune_sizes {
   uint32_t unit;
   uint32_t grain;           /* cost is flat up to here: never cut below */
 };
+
+/* One export's learning.  Kept, by export name, until the filter is
+ * unloaded: a client that reconnects finds what the last one taught.
+ */
+struct tune {
+  char *name;
+  pthread_mutex_t lock;
+  pthread_cond_t known;
+  enum tune_state state;
+  bool beside;                          /* PROBING beside connections */
+  bool joinable;                        /* thread: the last such probe */
+  pthread_t thread;
+  const void *lender;                   /* whose plugin context it reads */
+  bool cancel;                          /* the lender is ending: stop */
+  uint32_t hint;                        /* told meanwhile (beside_hint) */
+  struct cut_model early;               /* cut by meanwhile (ditto) */
+  double floor_ns;                      /* fastest 4K of any probe, 0: none */
+  /* The probe's findings. */
+  bool measured;                        /* the probe got numbers */
+  bool fast;                            /* no latency worth hiding */
+  double probe_ns[NCLASSES];            /* 0: not probed */
+  unsigned probe_reads;                 /* 0: from a profile */
+  uint32_t grain;                       /* G */
+  double lat_ns;                        /* L */
+  double ns_per_byte;                   /* 1 / B, 0 = no bandwidth cost */
+  struct tune_sizes sizes;
+  char why[200];
+  /* The geometry the probe ran on (a profile must match it). */
+  bool from_profile;
+  uint64_t exportsize;
+  uint32_t min, max;
+  /* Live traffic. */
+  struct cost table[TUNE_DIRS][NCLASSES];
+  struct bandit bandits[TUNE_DIRS][NCLASSES];
+  unsigned inflight;                    /* requests timed, atomic */
+  struct tune *next;
+};
+
+static inline unsigned
+class_of (uint64_t bytes)
+{
+  unsigned c = 0;
+
+  while (c + 1 < NCLASSES && bytes >> (c + 1 + MIN_SHIFT))
+    c++;
+  return c;
+}
+
+static inline uint64_t
+class_bytes (unsigned c)
+{
+  return UINT64_C (1) << (c + MIN_SHIFT);
+}
+
+/* The model the probe found.  Its fields are set once (publish). */
+static inline struct cut_model
+probed (const struct tune *t)
+{
+  return (struct cut_model) {
+    .grain = t->grain, .flat_ns = t->probe_ns[class_of (t->grain)],
+    .lat_ns = t->lat_ns, .ns_per_byte = t->ns_per_byte,
+  };
+}
+
+/* The cost of a call of s bytes as model m has it. */
+static inline double
+model_ns (const struct cut_model *m, uint64_t s)
+{
+  if (s <= m->grain || m->ns_per_byte == 0)
+    return m->flat_ns;
+  return m->lat_ns + s * m->ns_per_byte;
+}
+
+/* The export's learning; NULL with the error reported. */
+extern struct tune *tune_get (const char *exportname);
+extern void tune_free_all (void);
+/* fn on every export's, the list locked. */
+extern void tune_each (void (*fn) (struct tune *t, void *opaque),
+                       void *opaque);
+
+/* From what the probe (or a profile) found: t's sizes, and why.  t's
+ * lock held, or t not yet shared.
+ */
+extern void tune_choose_sizes (struct tune *t);
+
 extern void tune_sizes (struct tune *t, struct tune_sizes *s);
 /* Those a new connection starts with: tune_sizes, or while the probe
  * goes on beside the connections, a preferred size only.
@@ -71,51 +164,19 @@ extern void tune_start_sizes (struct tune *t, struct tune_sizes *s);
 
 /* The filter calls the plugin (for a client, a readahead, a
  * write-back), and the call is done: while any is in flight, a
- * probe's slow read may have waited behind it.
+ * probe's slow read may have waited behind it (tune_plugin_busy).
  */
 extern void tune_plugin_begin (void);
 extern void tune_plugin_end (void);
+extern bool tune_plugin_busy (void);
 
 /* A plugin call of bytes took ns (split.c times every piece). */
 extern void tune_record (struct tune *t, enum tune_dir d, uint64_t bytes,
                          uint64_t ns);
 
-/* Where to cut one request of count bytes: tune_cut_begin returns the
- * step (count itself: do not cut), tune_cut_end tells how long the
- * whole request took, so that cutting is kept only where it is
- * measured to be faster.
- */
-struct tune_choice {
-  int cls;                  /* -1: not a decision worth learning */
-  bool cut;                 /* cut (true) or whole */
-  uint64_t count;
-  uint64_t start_ns;
-};
-extern uint32_t tune_cut_begin (struct tune *t, enum tune_dir d,
-                                uint64_t count, uint32_t max,
-                                struct tune_choice *c);
-extern void tune_cut_end (struct tune *t, enum tune_dir d,
-                          const struct tune_choice *c, bool ok);
-
-/* Where to cut a read the filter makes itself (a readahead window or
- * a grain fetch): no client chose its size, so the model alone
- * decides, with no exploration.  Returns the step; count: whole.
- */
-extern uint64_t tune_cut_model (struct tune *t, uint64_t count,
-                                uint32_t max);
-
 /* The learnt tables and the choices made, with their reasons, of
  * every export (the statistics report).
  */
 extern void tune_report (FILE *fp);
-
-/* reshape-profile=FILE: what was learnt of each export, kept across
- * restarts.  tune_load reads it at start-up (a missing file is made
- * later; a corrupt or foreign one is ignored with a warning); -1 only
- * if it cannot be read at all.  tune_save writes it (atomically) after
- * every probe and at exit.
- */
-extern int tune_load (const char *file);
-extern void tune_save (void);
 
 #endif /* NBDKIT_RESHAPE_TUNE_H */
