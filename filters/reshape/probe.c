@@ -160,7 +160,9 @@ time_fresh (struct probe *p, uint32_t len)
 #define BUSY_CHECKS 4
 
 /* A plugin's own variance (a network's jitter): the base reads made
- * with nothing else in flight differ by more than KNEE.  A repeat of a
+ * with nothing else in flight differ by more than KNEE (not counting
+ * a fresh place's first, which may pay for the process warming up,
+ * or for the plugin faulting memory in: first_touch).  A repeat of a
  * small read is then above the base read next to it by chance, often
  * enough to pass both checks (over 2 ms of latency and up to 8 ms of
  * jitter, 4 probes in 120 found a knee at 64K and told clients 32K:
@@ -330,7 +332,6 @@ time_base (struct probe *p)
     double ts = first_touch (p, time_fresh (p, p->base), place);
     if (ts < 0)
       return -1;
-    note_base (p, ts, p->loaded);
     t0 = t0 < 0 || ts < t0 ? ts : t0;
   } while (t0 >= PLUGIN_SLOW_NS && t0 < FAST_RETRY_NS &&
            p->reads < FAST_RETRIES);
