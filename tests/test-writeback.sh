@@ -229,3 +229,50 @@ assert open(\"'"$tmp/disk"'\", \"rb\").read()[8192:12288] == b\"n\" * 4096, \\
   \"a write was staged though the client cannot flush\"
 print(\"no staging without flush\")
 "' || fail "write-back over a plugin without flush"
+
+# Connections of one export that stage in blocks of different sizes
+# share them (multi-conn): with reshape-size=auto, one made while the
+# probe goes on beside the first (20 ms per read) stages in the static
+# size, one made after it in the learnt one.  Each write must win over
+# the writes acknowledged before it, whatever block it lands near, and
+# no write may reach past the end of a block of the other size (that
+# overwrote the heap and killed the server).
+cat > "$tmp/shapes.py" <<'PYEOF'
+import nbd, sys, time
+sock = sys.argv[1]
+c1 = nbd.NBD(); c1.connect_unix(sock)
+p1 = c1.get_block_size(nbd.SIZE_PREFERRED)
+for i in range(100):                    # until the probe is over
+    c2 = nbd.NBD(); c2.connect_unix(sock)
+    p2 = c2.get_block_size(nbd.SIZE_PREFERRED)
+    if p2 != p1:
+        break
+    c2.shutdown(); time.sleep(0.2)
+assert c1.can_multi_conn(), "the model plugin should allow multi-conn"
+assert p2 != p1, "both connections were told %d" % p1
+print("told %d, then %d" % (p1, p2))
+small, large = (c1, c2) if p1 < p2 else (c2, c1)
+S = min(p1, p2)
+K = 4096
+large.pwrite(b"0" * K, 0)               # a large block at 0
+small.pwrite(b"A" * K, S)               # a small one inside it, newer
+large.pwrite(b"B" * K, S)               # the last write there
+for h in (c1, c2):
+    assert h.pread(K, S) == b"B" * K, "a write lost to an older one"
+small.flush()
+for h in (c1, c2):
+    assert h.pread(K, S) == b"B" * K, "after flush: a write lost"
+small.pwrite(b"C" * K, 3 * S)           # a small block at 3 S
+large.pwrite(b"D" * K, 2 * S)           # in the large block's range
+for h in (c1, c2):
+    assert h.pread(K, 2 * S) == b"D" * K and \
+        h.pread(K, 3 * S) == b"C" * K, "writes near another shape lost"
+large.flush()
+print("writes through blocks of two sizes: each read back")
+PYEOF
+start_server "$tmp/shapes.sock" "$tmp/shapes.pid" --filter="$FILTER" \
+  "$MODEL" size=64M latency=20ms bandwidth=400M reshape-writeback=true
+/usr/bin/python3 "$tmp/shapes.py" "$tmp/shapes.sock" ||
+  fail "write-back across connections told different sizes"
+kill -0 "$(cat "$tmp/shapes.pid")" || fail "the server died"
+stop_servers

@@ -44,6 +44,7 @@
 
 #include <config.h>
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -548,16 +549,14 @@ evict_one (struct wb_conn *wc, const struct io *io)
   return freed;
 }
 
-/* A new staging block holding [lo, hi) of the block at boff, linked
+/* A new staging block of len bytes at boff holding [lo, hi), linked
  * in (lock held); NULL if staging has no room.
  */
 static struct wb_block *
-new_block (struct wb_conn *wc, const struct io *io, uint64_t boff,
+new_block (struct wb_conn *wc, uint64_t boff, uint32_t len,
            uint32_t lo, uint32_t hi)
 {
   struct writeback *wb = wc->wb;
-  const uint32_t len =
-    min_u64 (boff + io->geo->size, io->geo->exportsize) - boff;
   char *mem = pool_get (POOL_STAGING, len);
   struct wb_block *b;
 
@@ -594,8 +593,31 @@ write_back_now (const struct io *io, struct writeback *wb,
   release (&c);
 }
 
+/* The staged block visible to wc whose extent overlaps [lo, hi), if
+ * any.  Lock held.  Visible blocks never overlap each other (stage).
+ */
+static struct wb_block *
+block_over (struct wb_conn *wc, uint64_t lo, uint64_t hi)
+{
+  struct wb_block *b;
+
+  for (b = wc->wb->blocks; b; b = b->next)
+    if (visible (b, wc) && b->off < hi && lo < b->off + b->len)
+      return b;
+  return NULL;
+}
+
 /* Stage [offset, offset+count), all within one block.  Returns true
  * if staged, false if it must be written through instead.
+ *
+ * The block is this connection's size, but connections of one export
+ * may differ in size (reshape-size=auto: those made while the probe
+ * went on beside the first, and those made after it), and share their
+ * blocks (multi-conn).  A block of another shape where this one would
+ * be means writing through: staged in a block of its own, a write
+ * would be written back in the order of the blocks, not of the writes,
+ * and a block found by its offset alone may be shorter than the write
+ * reaches.
  */
 static bool
 stage (struct wb_conn *wc, const struct io *io, const char *buf,
@@ -603,15 +625,20 @@ stage (struct wb_conn *wc, const struct io *io, const char *buf,
 {
   struct writeback *wb = wc->wb;
   const uint64_t boff = round_down (offset, io->geo->size);
+  const uint32_t len =
+    min_u64 (boff + io->geo->size, io->geo->exportsize) - boff;
   const uint32_t lo = offset - boff, hi = lo + count;
   bool evicted = false, freed;
   struct wb_block *b;
 
+  assert (hi <= len);
   pthread_mutex_lock (&wb->lock);       /* dropped to write back */
  again:
-  for (b = wb->blocks; b; b = b->next)
-    if (b->off == boff && visible (b, wc))
-      break;
+  b = block_over (wc, boff, boff + len);
+  if (b && (b->off != boff || b->len != len)) {
+    pthread_mutex_unlock (&wb->lock);
+    return false;
+  }
   if (b && b->busy) {
     pthread_cond_wait (&wb->changed, &wb->lock);
     goto again;
@@ -626,7 +653,7 @@ stage (struct wb_conn *wc, const struct io *io, const char *buf,
     pthread_mutex_lock (&wb->lock);
     goto again;
   }
-  if (b == NULL && (b = new_block (wc, io, boff, lo, hi)) == NULL) {
+  if (b == NULL && (b = new_block (wc, boff, len, lo, hi)) == NULL) {
     /* Staging is full: make room once, else write through. */
     pthread_mutex_unlock (&wb->lock);
     if (evicted || !evict_one (wc, io))
