@@ -2,8 +2,10 @@
 # The readahead cache is shared by the connections of one export and
 # kept coherent: a write, zero or trim on connection B is seen by a
 # read on connection A that had the range read ahead.  Two exports
-# through one filter never see each other's data.  A delay below makes
-# the plugin slow enough to be read ahead for.
+# through one filter never see each other's data, nor do connections
+# a plugin without multi-conn serves apart, nor TLS and plain clients
+# of one export name.  A delay below makes the plugin slow enough to
+# be read ahead for.
 source "$srcdir/functions.sh"
 requires /usr/bin/python3 -c 'import nbd'
 
@@ -54,3 +56,70 @@ print(\"exports kept apart\")
 hits=$(awk '/^readahead hits/ {print $NF}' "$tmp/stats2")
 test "$hits" -gt 500 || fail "two exports: readahead not exercised ($hits hits)"
 echo "ok: two exports, $hits readahead hits, no mixing"
+
+# Without multi-conn the plugin may give each connection its own data
+# (tmpdisk: a fresh disk each): one connection's reads, read ahead,
+# must never serve another's.  A writes a secret and streams over it;
+# B reads its own, blank, disk there.
+cat > "$tmp/own.py" <<'PYEOF'
+import nbd, sys
+K, OFF = 4096, 8 << 20
+a = nbd.NBD(); a.connect_uri(sys.argv[1])
+b = nbd.NBD(); b.connect_uri(sys.argv[1])
+assert not a.can_multi_conn()
+secret = b"secret-of-conn-A" * (64 * K // 16)
+a.pwrite(secret, OFF)
+for i in range(48):
+    assert a.pread(K, OFF + i * K) == secret[i * K:(i + 1) * K]
+for i in range(48):
+    got = b.pread(K, OFF + i * K)
+    assert got == bytes(K), "B read A's data at +%d: %r" % (i * K, got[:16])
+print("without multi-conn: each connection reads its own data")
+PYEOF
+nbdkit -U - --filter="$FILTER" --filter=delay tmpdisk 16M \
+  command='truncate -s $size "$disk"' delay-read=2ms reshape-size=256K \
+  reshape-stats="$tmp/stats3" \
+  --run "/usr/bin/python3 $tmp/own.py \"\$uri\"" ||
+  fail "without multi-conn, a connection read another's data"
+hits=$(awk '/^readahead hits/ {print $NF}' "$tmp/stats3")
+test "$hits" -gt 0 || fail "without multi-conn: readahead not exercised"
+
+# A plugin may serve clients with TLS and without different data under
+# one export name (tls-fallback): a plain client must never be served
+# what a TLS client's reads fetched (reshape-size=auto fetches the
+# whole grain, from offset 0, for a stream of small reads).
+if have_filter tls-fallback &&
+   /usr/bin/python3 -c 'import nbd; assert nbd.NBD().supports_tls()'; then
+  printf 'alice:%s\n' 0123456789abcdef0123456789abcdef > "$tmp/keys.psk"
+  cat > "$tmp/tls.py" <<'PYEOF'
+import nbd, sys
+sock, psk = sys.argv[1], sys.argv[2]
+K = 4096
+t = nbd.NBD()
+t.set_tls(nbd.TLS_REQUIRE)
+t.set_tls_psk_file(psk)
+t.set_tls_username("alice")
+t.connect_unix(sock)
+secret = b"secret-behind-TLS" * (1 << 16)
+t.pwrite(secret[:1 << 20], 0)
+for i in range(16):
+    assert t.pread(K, i * K) == secret[i * K:(i + 1) * K]
+p = nbd.NBD()
+p.set_tls(nbd.TLS_DISABLE)
+p.connect_unix(sock)
+got = p.pread(512, 0)
+assert got.startswith(b"This NBD server requires TLS"), \
+    "a plain client was served %r" % bytes(got[:24])
+p.shutdown()
+t.shutdown()
+print("TLS and plain clients kept apart")
+PYEOF
+  start_server "$tmp/tls.sock" "$tmp/tls.pid" --tls=on \
+    --tls-psk="$tmp/keys.psk" --filter="$FILTER" --filter=tls-fallback \
+    --filter=delay memory 16M delay-read=2ms
+  /usr/bin/python3 "$tmp/tls.py" "$tmp/tls.sock" "$tmp/keys.psk" ||
+    fail "a plain client read what a TLS client's reads fetched"
+  stop_servers
+else
+  without "TLS and plain clients" "no tls-fallback filter or no TLS in libnbd"
+fi

@@ -41,13 +41,14 @@ export_free (struct export *exp)
 }
 
 static struct export *
-export_new (const char *name)
+export_new (const char *name, bool tls)
 {
   struct export *exp = calloc (1, sizeof *exp);
 
   if (exp == NULL)
     return NULL;
   exp->name = strdup (name);
+  exp->tls = tls;
   exp->cache = cache_new ();
   exp->merge = merge_new ();
   exp->wb = writeback_new ();
@@ -60,16 +61,16 @@ export_new (const char *name)
 }
 
 struct export *
-export_get (const char *name)
+export_get (const char *name, bool tls)
 {
   struct export *exp;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
 
   for (exp = registry.list; exp != NULL; exp = exp->next)
-    if (strcmp (exp->name, name) == 0)
+    if (strcmp (exp->name, name) == 0 && exp->tls == tls)
       break;
   if (exp == NULL) {
-    exp = export_new (name);
+    exp = export_new (name, tls);
     if (exp == NULL) {
       nbdkit_error ("reshape: export state: %m");
       return NULL;

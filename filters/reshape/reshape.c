@@ -60,6 +60,7 @@ struct handle {
   uint32_t preferred;           /* block size told to clients */
   bool multi_conn;              /* the plugin allows multi-conn */
   bool staging;                 /* it stages writes (write-back) */
+  struct cache *cache;          /* readahead's: see conn_cache */
   struct split_conn split;
   struct readahead ra;
   struct wb_conn wb;
@@ -169,7 +170,7 @@ reshape_open (nbdkit_next_open *next, nbdkit_context *nxdata,
     nbdkit_error ("calloc: %m");
     return NULL;
   }
-  h->exp = export_get (exportname);
+  h->exp = export_get (exportname, is_tls);
   if (h->exp == NULL) {
     free (h);
     return NULL;
@@ -185,9 +186,29 @@ reshape_close (void *handle)
   struct handle *h = handle;
 
   probe_release (h->exp->tune, h);       /* done at finalize if called */
+  if (h->cache && h->cache != h->exp->cache)
+    cache_free (h->cache);
   readahead_destroy (&h->ra);
   export_put (h->exp);
   free (h);
+}
+
+/* The cache readahead fills and reads: the export's, shared by its
+ * connections, only if the plugin allows multi-conn.  Without it, the
+ * plugin does not promise that connections see the same data (a
+ * fresh disk each, as tmpdisk; what a client may see behind
+ * tls-fallback), and one connection's reads must never serve
+ * another's.
+ */
+static int
+conn_cache (struct handle *h)
+{
+  h->cache = h->multi_conn ? h->exp->cache : cache_new ();
+  if (h->cache == NULL) {
+    nbdkit_error ("reshape: cache: %m");
+    return -1;
+  }
+  return 0;
 }
 
 static int
@@ -198,6 +219,8 @@ reshape_prepare (nbdkit_next *next, void *handle, int readonly)
   uint32_t ppref;
 
   h->multi_conn = next->can_multi_conn (next) == 1;
+  if (conn_cache (h) == -1)
+    return -1;
   /* Staged data is durable only once flushed: over a plugin that
    * cannot flush, clients have no way to ask for that, so nothing is
    * staged.
@@ -293,9 +316,11 @@ down_init (struct down *d, struct call *c)
                        .window_ok = window_ok, .opaque = c };
 }
 
-/* Without multi-conn, staged writes belong to one connection, and the
- * export's cache, which the others share, could be filled around
- * them: no readahead then while write-back is on.
+/* Without multi-conn, staged writes belong to one connection: no
+ * readahead then while write-back is on.  (It was needed while the
+ * connections shared one cache, which one could fill around another's
+ * staged writes; each now has its own then (conn_cache), and the
+ * pairing is left off until it is tested.)
  */
 static bool
 readahead_on (const struct handle *h)
@@ -323,12 +348,12 @@ reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
    */
   writeback_begin (&h->wb, &c.io, offset, offset + count, &claim);
   if (readahead_on (h))
-    r = readahead_pread (&h->ra, h->exp->cache, &c.io, &d,
+    r = readahead_pread (&h->ra, h->cache, &c.io, &d,
                          buf, count, offset, &ahead, err);
   else
     r = down_pread (&c, buf, count, offset, err);
   writeback_end_read (&claim, buf, count, offset, r == 0);
-  readahead_fetch_ahead (&h->ra, h->exp->cache, &c.io, &d, &ahead);
+  readahead_fetch_ahead (&h->ra, h->cache, &c.io, &d, &ahead);
   return r;
 }
 
