@@ -289,3 +289,39 @@ nbdkit -U - --filter="$FILTER" -v -D reshape.tune=1 "$MODEL" size=64M \
   --run "/usr/bin/python3 $tmp/busy.py \$uri $tmp/err" \
   2> "$tmp/err" || { cat "$tmp/err"; fail "busy.py failed"; }
 grep 'tune:' "$tmp/err"
+
+# A probe read that does not return (a stalled backend): the first
+# probe read, 4K at offset 0, waits on a FIFO, holding the first
+# connection's handshake.  Another client, which never reads there,
+# gets in after at most 10 s with the static sizes, and reads right;
+# once the read returns, new connections go on too.
+/usr/bin/python3 -c 'import os, sys
+open(sys.argv[1], "wb").write(os.urandom(4 << 20))' "$tmp/stall.data"
+mkfifo "$tmp/stall"
+# The stall happens once: released, the FIFO is gone.
+release () { timeout 5 sh -c 'echo > "$1"' sh "$tmp/stall" || :; rm "$tmp/stall"; }
+start_server "$tmp/stall.sock" "$tmp/stall.pid" --filter="$FILTER" eval \
+  thread_model='echo parallel' get_size='echo 4194304' \
+  pread='if [ "$3" = 4096 ] && [ "$4" = 0 ] && [ -p "'"$tmp"'/stall" ]; then
+  cat "'"$tmp"'/stall" >/dev/null; fi
+sleep 0.02; dd if="'"$tmp"'/stall.data" skip=$4 count=$3 iflag=skip_bytes,count_bytes status=none'
+cat > "$tmp/stall.py" <<'PYEOF'
+import nbd, sys, threading, time
+sock, data = sys.argv[1], open(sys.argv[2], "rb").read()
+first = nbd.NBD()                       # its handshake waits on the probe
+threading.Thread(target=first.connect_unix, args=(sock,), daemon=True).start()
+time.sleep(1)
+t0 = time.time()
+h = nbd.NBD()
+h.connect_unix(sock)
+assert h.pread(65536, 1 << 20) == data[1 << 20:(1 << 20) + 65536], \
+    "wrong data"
+print("another client in after %.1f s, its read right" % (time.time() - t0))
+PYEOF
+timeout 60 /usr/bin/python3 "$tmp/stall.py" "$tmp/stall.sock" \
+  "$tmp/stall.data" || { release; fail "a stalled probe read kept clients out"; }
+release
+timeout 60 nbdsh -u "nbd+unix:///?socket=$tmp/stall.sock" \
+  -c 'print("after the read returned: connected")' ||
+  fail "no connection after the stalled read returned"
+stop_servers

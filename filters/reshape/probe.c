@@ -39,10 +39,12 @@
 
 #include <config.h>
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <nbdkit-filter.h>
 
@@ -58,6 +60,7 @@
 #define BESIDE_NS (15 * 1000 * 1000)    /* a 4K read this slow: beside */
 #define SLOW_PREFERRED (256 * 1024)     /* ... told meanwhile, at least */
 #define HINT_READ (1024 * 1024)         /* ... at most, read to know */
+#define WAIT_S 10                       /* for another's probe, at most */
 
 /* One probe: the plugin, a buffer for its largest read, the next
  * fresh place to read, and the flat cost found so far.
@@ -630,6 +633,30 @@ probe_first (struct prober *pr)
   }
 }
 
+/* Wait while another connection's handshake probes, or a cancelled
+ * probe stops, but WAIT_S at most: a plugin read may never return (a
+ * stalled network backend), and one read that no client asked for
+ * must not keep every client of the export out.  After that the
+ * connection goes on with the static sizes, as beside a probe.  Lock
+ * held.
+ */
+static void
+wait_probe (struct tune *t)
+{
+  struct timespec end;
+
+  clock_gettime (CLOCK_REALTIME, &end);
+  end.tv_sec += WAIT_S;
+  while (t->state == TUNE_PROBING && (!t->beside || t->cancel))
+    if (pthread_cond_timedwait (&t->known, &t->lock, &end) == ETIMEDOUT) {
+      if (reshape_debug_tune)
+        nbdkit_debug ("reshape: tune: export '%s': no probe result after "
+                      "%d s: static sizes for this connection", t->name,
+                      WAIT_S);
+      return;
+    }
+}
+
 void
 probe_start (struct tune *t, nbdkit_next *next, const struct geometry *geo,
              const void *lender)
@@ -644,8 +671,7 @@ probe_start (struct tune *t, nbdkit_next *next, const struct geometry *geo,
        * this connection waits for that (one plugin read at most), then
        * probes itself, rather than keep the static sizes for good.
        */
-      while (t->state == TUNE_PROBING && (!t->beside || t->cancel))
-        pthread_cond_wait (&t->known, &t->lock);
+      wait_probe (t);
       /* A profile is checked against the first connection's geometry
        * only: once a connection uses what it says, nothing may change
        * under it (the sizes are read without a lock).
