@@ -164,10 +164,11 @@ params_key (const char *key, const char *value)
   }
   else if (strcmp (key, "reshape-parallel") == 0) {
     unsigned n;
-    if (nbdkit_parse_unsigned (key, value, &n) == -1 || n < 1 ||
-        n > PARALLEL_MAX) {
-      nbdkit_error ("reshape-parallel: '%s' is out of range; "
-                    "accepted: a number from 1 to %d", value, PARALLEL_MAX);
+    const bool parsed = nbdkit_parse_unsigned (key, value, &n) == 0;
+    if (!parsed || n < 1 || n > PARALLEL_MAX) {
+      nbdkit_error ("reshape-parallel: '%s' is %s; accepted: a number "
+                    "from 1 to %d", value,
+                    parsed ? "out of range" : "not a number", PARALLEL_MAX);
       return -1;
     }
     reshape_cfg.parallel = n;
