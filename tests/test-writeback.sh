@@ -276,3 +276,33 @@ start_server "$tmp/shapes.sock" "$tmp/shapes.pid" --filter="$FILTER" \
   fail "write-back across connections told different sizes"
 kill -0 "$(cat "$tmp/shapes.pid")" || fail "the server died"
 stop_servers
+
+# A plugin that answers multi-conn differently per connection (here no
+# to the first, yes to the others): the first connection decides
+# whether the export's blocks are shared, and one that disagrees does
+# not stage.  (Both staging, the second's shared block lay over the
+# first's own, and the first's flush wrote its older block last.)
+truncate -s 0 "$tmp/disk"; truncate -s 1M "$tmp/disk"
+rm -f "$tmp/mc"
+start_server "$tmp/mc.sock" "$tmp/mc.pid" --filter="$FILTER" eval \
+  thread_model='echo parallel' get_size='echo 1048576' \
+  can_multi_conn='test -e "'"$tmp"'/mc" && exit 0; touch "'"$tmp"'/mc"; exit 3' \
+  can_flush='exit 0' flush='exit 0' can_write='exit 0' \
+  pread='dd if="'"$tmp"'/disk" skip=$4 count=$3 iflag=skip_bytes,count_bytes status=none' \
+  pwrite='dd of="'"$tmp"'/disk" seek=$4 conv=notrunc oflag=seek_bytes status=none' \
+  reshape-size=64K reshape-writeback=true
+timeout 60 /usr/bin/python3 -c '
+import nbd, sys
+b = nbd.NBD(); b.connect_unix(sys.argv[1])
+a = nbd.NBD(); a.connect_unix(sys.argv[1])
+assert not b.can_multi_conn() and a.can_multi_conn()
+b.pwrite(b"1" * 4096, 0)
+a.pwrite(b"2" * 4096, 0)
+b.pwrite(b"3" * 4096, 0)
+b.flush()
+assert b.pread(4096, 0) == b"3" * 4096, "the last write, flushed, was lost"
+assert open(sys.argv[2], "rb").read(4096) == b"3" * 4096, "not in the plugin"
+print("multi-conn per connection: the last write flushed, read back")
+' "$tmp/mc.sock" "$tmp/disk" ||
+  fail "connections answered multi-conn differently: a write lost"
+stop_servers

@@ -645,7 +645,7 @@ wait_probe (struct tune *t)
 {
   struct timespec end;
 
-  clock_gettime (CLOCK_REALTIME, &end);
+  clock_gettime (CLOCK_MONOTONIC, &end);
   end.tv_sec += WAIT_S;
   while (t->state == TUNE_PROBING && (!t->beside || t->cancel))
     if (pthread_cond_timedwait (&t->known, &t->lock, &end) == ETIMEDOUT) {

@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <nbdkit-filter.h>
 
@@ -102,7 +103,16 @@ tune_get (const char *exportname)
     return NULL;
   }
   pthread_mutex_init (&t->lock, NULL);
-  pthread_cond_init (&t->known, NULL);
+  /* Waited for with a time limit (probe.c): on the monotonic clock,
+   * which a clock set back cannot stretch.
+   */
+  {
+    pthread_condattr_t ca;
+    pthread_condattr_init (&ca);
+    pthread_condattr_setclock (&ca, CLOCK_MONOTONIC);
+    pthread_cond_init (&t->known, &ca);
+    pthread_condattr_destroy (&ca);
+  }
   t->next = all.list;
   all.list = t;
   return t;

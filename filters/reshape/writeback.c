@@ -86,6 +86,7 @@ struct writeback {
   pthread_cond_t changed;       /* a block was released or removed */
   struct wb_block *blocks;      /* newest first */
   unsigned conns;               /* connections open to the export */
+  bool shared;                  /* blocks shared: the first's multi-conn */
 };
 
 /* Shared by all exports. */
@@ -188,6 +189,22 @@ writeback_open (struct wb_conn *wc, struct writeback *wb, bool shared,
   wc->shared = shared;
   wc->may_stage = may_stage;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
+  /* Whether blocks are shared is the export's, not each connection's:
+   * a plugin may answer multi-conn differently per connection (yes to
+   * read-only ones, say), and a shared block over another
+   * connection's own would stage the same bytes twice, written back
+   * in the order of the blocks, not of the writes.  The first
+   * connection decides (no block outlives the last one); one that
+   * disagrees does not stage.
+   */
+  if (wb->conns == 0)
+    wb->shared = shared;
+  else if (shared != wb->shared) {
+    wc->may_stage = false;
+    nbdkit_debug ("reshape: write-back: this connection's multi-conn "
+                  "differs from the export's first: its writes are not "
+                  "staged");
+  }
   wb->conns++;
 }
 
