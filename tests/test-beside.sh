@@ -294,7 +294,15 @@ grep 'tune:' "$tmp/err"
 # probe read, 4K at offset 0, waits on a FIFO, holding the first
 # connection's handshake.  Another client, which never reads there,
 # gets in after at most 10 s with the static sizes, and reads right;
-# once the read returns, new connections go on too.
+# once the read returns, new connections go on too.  Not under the
+# checkers: the server is stopped while the first connection may still
+# be closing (its probe, told to stop, ends at its next read), and
+# under helgrind that once failed the test without a report and once
+# with one (before unload waited for such probes: probe_stop_all).
+if [ -n "${RESHAPE_CHECK:-}" ]; then
+  without "a stalled probe read" "under $RESHAPE_CHECK"
+  exit 0
+fi
 /usr/bin/python3 -c 'import os, sys
 open(sys.argv[1], "wb").write(os.urandom(4 << 20))' "$tmp/stall.data"
 mkfifo "$tmp/stall"

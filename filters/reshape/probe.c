@@ -480,6 +480,28 @@ probe_done (struct prober *pr)
     profile_save ();
 }
 
+/* Probe threads beside the connections not yet ended: the filter's
+ * unload waits for them (probe_stop_all), even those whose
+ * connection is still joining them as nbdkit unloads.
+ */
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t ended;
+  unsigned live;
+} threads = {
+  .lock = PTHREAD_MUTEX_INITIALIZER, .ended = PTHREAD_COND_INITIALIZER,
+};
+
+static void
+threads_add (int n)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&threads.lock);
+
+  threads.live += n;
+  if (threads.live == 0)
+    pthread_cond_broadcast (&threads.ended);
+}
+
 static void *
 beside_thread (void *arg)
 {
@@ -487,6 +509,7 @@ beside_thread (void *arg)
 
   probe_rest (pr);
   probe_done (pr);
+  threads_add (-1);                     /* done with the export's */
   return NULL;
 }
 
@@ -566,7 +589,9 @@ go_beside (struct prober *pr, const void *lender)
   t->hint = pr->hint;
   t->early = pr->early;
   pr->p.beside = t;
+  threads_add (1);
   if (pthread_create (&t->thread, NULL, beside_thread, pr) != 0) {
+    threads_add (-1);
     pr->p.beside = NULL;
     return false;
   }
@@ -717,6 +742,40 @@ probe_start (struct tune *t, nbdkit_next *next, const struct geometry *geo,
   }
   probe_rest (pr);
   probe_done (pr);
+}
+
+/* tune_each: take the first probe thread beside the connections that
+ * is left to join.
+ */
+struct left { bool found; pthread_t th; };
+
+static void
+take_left (struct tune *t, void *opaque)
+{
+  struct left *k = opaque;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+
+  if (!k->found)
+    k->found = take_thread (t, NULL, &k->th);
+}
+
+void
+probe_stop_all (void)
+{
+  for (;;) {
+    struct left k = { .found = false };
+    tune_each (take_left, &k);
+    if (!k.found)
+      break;
+    /* Not under the list's lock: the thread may be saving the
+     * profile, which takes it.
+     */
+    pthread_join (k.th, NULL);
+  }
+  /* Threads a closing connection took to join (told to stop). */
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&threads.lock);
+  while (threads.live > 0)
+    pthread_cond_wait (&threads.ended, &threads.lock);
 }
 
 void

@@ -31,4 +31,11 @@ extern void probe_start (struct tune *t, nbdkit_next *next,
  */
 extern void probe_release (struct tune *t, const void *lender);
 
+/* The filter is unloading: every probe still beside the connections
+ * stops (at its next read) and is joined, before what it uses is
+ * freed.  Its connection should have closed first (probe_release), but
+ * the thread must not outlive the filter if one did not.
+ */
+extern void probe_stop_all (void);
+
 #endif /* NBDKIT_RESHAPE_PROBE_H */

@@ -95,6 +95,7 @@ reshape_load (void)
 static void
 reshape_unload (void)
 {
+  probe_stop_all ();
   if (reshape_cfg.profile_file)
     profile_save ();
   stats_report (reshape_cfg.stats_file, tune_report);
