@@ -194,16 +194,31 @@ reshape_close (void *handle)
   free (h);
 }
 
+/* Without multi-conn, staged writes belong to one connection: no
+ * readahead then while write-back is on.  (It was needed while the
+ * connections shared one cache, which one could fill around another's
+ * staged writes; each now has its own then (conn_cache), and the
+ * pairing is left off until it is tested.)
+ */
+static bool
+readahead_on (const struct handle *h)
+{
+  return reshape_cfg.readahead && (!h->staging || h->multi_conn);
+}
+
 /* The cache readahead fills and reads: the export's, shared by its
  * connections, only if the plugin allows multi-conn.  Without it, the
  * plugin does not promise that connections see the same data (a
  * fresh disk each, as tmpdisk; what a client may see behind
  * tls-fallback), and one connection's reads must never serve
- * another's.
+ * another's.  None without readahead: every write walks the live
+ * caches.
  */
 static int
 conn_cache (struct handle *h)
 {
+  if (!readahead_on (h))
+    return 0;
   h->cache = h->multi_conn ? h->exp->cache : cache_new ();
   if (h->cache == NULL) {
     nbdkit_error ("reshape: cache: %m");
@@ -220,13 +235,13 @@ reshape_prepare (nbdkit_next *next, void *handle, int readonly)
   uint32_t ppref;
 
   h->multi_conn = next->can_multi_conn (next) == 1;
-  if (conn_cache (h) == -1)
-    return -1;
   /* Staged data is durable only once flushed: over a plugin that
    * cannot flush, clients have no way to ask for that, so nothing is
    * staged.
    */
   h->staging = reshape_cfg.writeback && next->can_flush (next) == 1;
+  if (conn_cache (h) == -1)
+    return -1;
   if (params_limits (next, &h->geo, &ppref) == -1)
     return -1;
   /* reshape-size=auto: learnt from the plugin before the client is
@@ -315,18 +330,6 @@ down_init (struct down *d, struct call *c)
 {
   *d = (struct down) { .pread = down_pread, .pwrite = down_pwrite,
                        .window_ok = window_ok, .opaque = c };
-}
-
-/* Without multi-conn, staged writes belong to one connection: no
- * readahead then while write-back is on.  (It was needed while the
- * connections shared one cache, which one could fill around another's
- * staged writes; each now has its own then (conn_cache), and the
- * pairing is left off until it is tested.)
- */
-static bool
-readahead_on (const struct handle *h)
-{
-  return reshape_cfg.readahead && (!h->staging || h->multi_conn);
 }
 
 static int
