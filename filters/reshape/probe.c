@@ -45,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 
 #include <nbdkit-filter.h>
 
@@ -357,6 +358,38 @@ struct prober {
   bool first_loaded;                    /* plugin calls beside p.flat */
 };
 
+/* The probe's buffer, of up to PROBE_MAX bytes, is mapped, not taken
+ * from malloc.  glibc raises its mmap threshold to the size of the
+ * largest mapped block freed (up to 32M): freeing a malloc'd 16M
+ * buffer moved every later buffer of the process, nbdkit's own
+ * per-thread request buffers among them, from maps of their own into
+ * the heap, and with that changed their alignment.  On an AMD EPYC a
+ * copy into a buffer 16 bytes past a 32-byte boundary runs about 8
+ * times slower than into an aligned one, so that a whole nbdkit ran
+ * twice as fast after a probe as without one, whatever the filter did.
+ *
+ * The probe reads at PROBE_SKEW past the page, as the plugin writes
+ * into nbdkit's request buffers of 128K and more (a malloc'd block
+ * that has a map of its own: 16 bytes past a page, on 64-bit glibc):
+ * it times the copies as clients' requests will pay them.
+ */
+#define PROBE_SKEW 16
+
+static char *
+probe_buffer (size_t len)
+{
+  char *p = mmap (NULL, len + PROBE_SKEW, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+  return p == MAP_FAILED ? NULL : p + PROBE_SKEW;
+}
+
+static void
+probe_buffer_free (char *buf, size_t len)
+{
+  munmap (buf - PROBE_SKEW, len + PROBE_SKEW);
+}
+
 static struct prober *
 prober_new (struct tune *t, nbdkit_next *next, const struct geometry *geo)
 {
@@ -372,7 +405,7 @@ prober_new (struct tune *t, nbdkit_next *next, const struct geometry *geo)
     .flat = -1,
   };
   if (pr->limit < pr->p.base ||
-      (pr->p.buf = malloc (pr->limit)) == NULL) {
+      (pr->p.buf = probe_buffer (pr->limit)) == NULL) {
     free (pr);
     return NULL;
   }
@@ -382,7 +415,7 @@ prober_new (struct tune *t, nbdkit_next *next, const struct geometry *geo)
 static void
 prober_free (struct prober *pr)
 {
-  free (pr->p.buf);
+  probe_buffer_free (pr->p.buf, pr->limit);
   free (pr);
 }
 
