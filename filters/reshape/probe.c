@@ -284,10 +284,8 @@ probe_shape (struct tune *t, struct probe *p, uint32_t limit)
       int grows = knee_grows (p, s, ts, limit);
       if (grows < 0)
         return;
-      if (!grows) {                     /* noise: flat, at the flat cost */
-        t->probe_ns[class_of (s)] = p->flat;
+      if (!grows)                       /* noise: flat */
         above = 0;
-      }
     }
     if (!above) {
       t->grain = s;
@@ -404,10 +402,13 @@ struct prober {
  * times slower than into an aligned one, so that a whole nbdkit ran
  * twice as fast after a probe as without one, whatever the filter did.
  *
- * The probe reads at PROBE_SKEW past the page, as the plugin writes
- * into nbdkit's request buffers of 128K and more (a malloc'd block
- * that has a map of its own: 16 bytes past a page, on 64-bit glibc):
- * it times the copies as clients' requests will pay them.
+ * The probe reads at PROBE_SKEW past the page, where nbdkit 1.32's
+ * request buffers of 128K and more sit (a malloc'd block with a map of
+ * its own: 16 bytes past a page, on 64-bit glibc) until nbdkit itself
+ * frees one (a connection's thread ending) and raises the threshold:
+ * then later connections' buffers come from the heap, aligned as it
+ * happens.  The pool, which frees idle buffers of 128K and more only
+ * when it is at its cap, may do the same.
  */
 #define PROBE_SKEW 16
 
