@@ -17,6 +17,8 @@
 #   - 2 ms of latency with up to 8 ms of jitter, and no other request
 #     in flight: learnt (a slow 4K read is the plugin's own variance,
 #     not a sign that it is busy), told 64K-8M, data checked;
+#   - a knee at 64K that a read of 256K shows not to grow (64K reads
+#     alone slow): not taken for one;
 #   - reshape-profile=FILE: the second run starts from what the first
 #     learnt, without probing; a corrupt or foreign profile is ignored
 #     with a warning.
@@ -228,6 +230,29 @@ print(h.get_block_size(nbd.SIZE_PREFERRED))"' > "$tmp/out" 2> "$tmp/log" ||
     fail "jitter, seed $s: told $p, want 64K-8M"
   echo "jitter, seed $s: learnt, told $p, data checked"
 done
+
+# A knee at 64K that is not one: 64K reads alone take 60 ms, every
+# other size about 5 ms, as one unlucky draw of jitter would make them
+# (two checks of 64K pass).  The read of 256K that confirms a small
+# knee shows it does not grow: not told less than 64K (before the
+# confirmation, told 32K).  Data read through the filter is the file's.
+/usr/bin/python3 -c 'import os, sys
+open(sys.argv[1], "wb").write(os.urandom(64 << 20))' "$tmp/odd.data"
+nbdkit -U - --filter="$FILTER" eval \
+  get_size='echo 67108864' \
+  pread='if [ $3 = 65536 ]; then sleep 0.06; else sleep 0.005; fi
+dd if='"$tmp/odd.data"' skip=$4 count=$3 iflag=skip_bytes,count_bytes status=none' \
+  reshape-stats="$tmp/stats" \
+  --run 'nbdsh -u "$uri" -c "
+want = open(\"'"$tmp/odd.data"'\", \"rb\").read()
+assert h.pread(3 << 20, 12345) == want[12345:12345 + (3 << 20)]
+print(h.get_block_size(nbd.SIZE_PREFERRED))"' > "$tmp/out" ||
+  fail "a slow 64K only: the client failed"
+p=$(cat "$tmp/out")
+grep -A1 'reshape-size=auto' "$tmp/stats"
+test "$p" -ge 65536 ||
+  fail "a slow 64K only: told $p, want 64K or more (a knee that does not grow)"
+echo "a slow 64K only: told $p, data checked"
 
 # reshape-profile: learnt once, told at once the next time.
 prof="$tmp/profile"
