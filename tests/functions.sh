@@ -165,14 +165,23 @@ start_server ()
 {
   local sock=$1 pidfile=$2; shift 2
   nbdkit -U "$sock" -P "$pidfile" -f "$@" &
-  local i
-  for i in $(seq 1 100); do
-    test -s "$pidfile" && test -S "$sock" && break
-    sleep 0.1
-  done
-  test -s "$pidfile" || fail "nbdkit did not start: $*"
+  wait_started "$sock" "$pidfile" "$*" > /dev/null
   server_pids="${server_pids:-} $(cat "$pidfile")"
   on_exit stop_servers
+}
+# wait_started SOCK PIDFILE [WHAT]: wait (10 s at most) until nbdkit
+# has both made SOCK and written PIDFILE, then print its pid.  nbdkit
+# listens before it writes the pidfile, so the socket alone is not
+# enough (a test that read the pidfile then failed on Debian 13).
+wait_started ()
+{
+  local i
+  for i in $(seq 1 100); do
+    test -s "$2" && test -S "$1" && break
+    sleep 0.1
+  done
+  test -s "$2" && test -S "$1" || fail "nbdkit did not start: ${3:-$1}"
+  cat "$2"
 }
 stop_servers ()
 {

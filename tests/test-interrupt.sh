@@ -21,8 +21,7 @@ run ()
   truncate -s 1G "$tmp/disk"; : > "$tmp/log"
   nbdkit -U "$tmp/sock" -P "$tmp/pid" -f --filter="$FILTER" \
     file "$tmp/disk" $params &
-  local i; for i in $(seq 1 100); do test -S "$tmp/sock" && break; sleep 0.1; done
-  local pid; pid=$(cat "$tmp/pid")
+  local pid; pid=$(wait_started "$tmp/sock" "$tmp/pid") || exit 1
   "$srcdir/interrupt-client.py" "$seed" "nbd+unix:///?socket=$tmp/sock" \
     "$tmp/log" & client=$!
   sleep 1

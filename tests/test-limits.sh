@@ -21,8 +21,7 @@ peak ()
   rm -f "$tmp/sock" "$tmp/pid"
   nbdkit --threads=4 -U "$tmp/sock" -P "$tmp/pid" "$@"
   local pid i
-  for i in $(seq 1 100); do test -S "$tmp/sock" && break; sleep 0.1; done
-  pid=$(cat "$tmp/pid")
+  pid=$(wait_started "$tmp/sock" "$tmp/pid") || exit 1
   timeout 600 "$srcdir/load-client.py" "$seed" \
     "nbd+unix:///?socket=$tmp/sock" >&2 ||
     { kill "$pid"; fail "$name: load did not finish"; }

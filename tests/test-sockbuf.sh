@@ -90,7 +90,9 @@ if unshare --mount --propagation private true 2>/dev/null; then
     test -e /proc/self/fd && exit 1
     nbdkit -U "$1/np.sock" -P "$1/np.pid" --filter="$2" memory 1M \
       reshape-sndbuf=1M reshape-stats="$1/stats-noproc" || exit 1
-    for i in $(seq 50); do test -S "$1/np.sock" && break; sleep 0.1; done
+    for i in $(seq 50); do
+      test -S "$1/np.sock" && test -s "$1/np.pid" && break; sleep 0.1
+    done
     nbdsh -u "nbd+unix:///?socket=$1/np.sock" -c "h.pwrite(b\"a\", 0)"
     kill $(cat "$1/np.pid")
     while kill -0 $(cat "$1/np.pid") 2>/dev/null; do sleep 0.1; done
