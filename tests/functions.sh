@@ -29,7 +29,8 @@ cleanup_hooks=""
 cleanup ()
 {
   local status=$?
-  for h in $cleanup_hooks; do $h || :; done
+  # A hook that fails (a server that crashed at shutdown) fails the test.
+  for h in $cleanup_hooks; do $h || status=1; done
   if [ -n "${RESHAPE_CHECK:-}" ] && ! check_reports; then
     status=1
   fi
@@ -164,7 +165,9 @@ nbdkit_reshape () { nbdkit --filter="$FILTER" "$@"; }
 start_server ()
 {
   local sock=$1 pidfile=$2; shift 2
+  rm -f "$sock" "$pidfile"    # an earlier server's: not this one's
   nbdkit -U "$sock" -P "$pidfile" -f "$@" &
+  server_jobs="${server_jobs:-} $!"
   wait_started "$sock" "$pidfile" "$*" > /dev/null
   server_pids="${server_pids:-} $(cat "$pidfile")"
   on_exit stop_servers
@@ -183,12 +186,25 @@ wait_started ()
   test -s "$2" && test -S "$1" || fail "nbdkit did not start: ${3:-$1}"
   cat "$2"
 }
+# stop_servers: SIGTERM to each, then its exit status: a server that
+# died of a signal at shutdown (a crash in unload, say) fails the test
+# (returns 1: under set -e the test ends, and the exit hook counts it).
 stop_servers ()
 {
-  local p
+  local p rc bad=""
   for p in ${server_pids:-}; do
     kill "$p" 2>/dev/null || :
-    while kill -0 "$p" 2>/dev/null; do sleep 0.1; done
   done
   server_pids=""
+  for p in ${server_jobs:-}; do
+    rc=0
+    wait "$p" 2>/dev/null || rc=$?
+    # 127: already reaped (a bare "wait" elsewhere), status unknown.
+    [ "$rc" -le 128 ] || [ "$rc" = 143 ] || bad="$bad $rc"
+  done
+  server_jobs=""
+  [ -z "$bad" ] || {
+    echo "$0: FAIL: nbdkit died of a signal at shutdown (status$bad)" >&2
+    return 1
+  }
 }

@@ -308,17 +308,36 @@ open(sys.argv[1], "wb").write(os.urandom(4 << 20))' "$tmp/stall.data"
 mkfifo "$tmp/stall"
 # The stall happens once: released, the FIFO is gone.
 release () { timeout 5 sh -c 'echo > "$1"' sh "$tmp/stall" || :; rm "$tmp/stall"; }
-start_server "$tmp/stall.sock" "$tmp/stall.pid" --filter="$FILTER" eval \
-  thread_model='echo parallel' get_size='echo 4194304' \
-  pread='if [ "$3" = 4096 ] && [ "$4" = 0 ] && [ -p "'"$tmp"'/stall" ]; then
-  cat "'"$tmp"'/stall" >/dev/null; fi
+# stall_server: the server whose first probe read waits on the FIFO
+# (and says so: $tmp/stalled).
+stall_server ()
+{
+  start_server "$tmp/stall.sock" "$tmp/stall.pid" --filter="$FILTER" eval \
+    thread_model='echo parallel' get_size='echo 4194304' \
+    pread='if [ "$3" = 4096 ] && [ "$4" = 0 ] && [ -p "'"$tmp"'/stall" ]; then
+  touch "'"$tmp"'/stalled"; cat "'"$tmp"'/stall" >/dev/null; fi
 sleep 0.02; dd if="'"$tmp"'/stall.data" skip=$4 count=$3 iflag=skip_bytes,count_bytes status=none'
+}
+stall_server
+# first_stalls SOCK: connect in a thread, return once the probe read of
+# that connection's handshake waits on the FIFO.
+cat > "$tmp/first.py" <<'PYEOF'
+import nbd, os, sys, threading, time
+def first_stalls(sock, marker):
+    first = nbd.NBD()
+    threading.Thread(target=first.connect_unix, args=(sock,),
+                     daemon=True).start()
+    end = time.monotonic() + 30
+    while not os.path.exists(marker):
+        assert time.monotonic() < end, "no probe read in 30 s"
+        time.sleep(0.01)
+    return first
+PYEOF
 cat > "$tmp/stall.py" <<'PYEOF'
-import nbd, sys, threading, time
+import nbd, sys, time
+from first import first_stalls
 sock, data = sys.argv[1], open(sys.argv[2], "rb").read()
-first = nbd.NBD()                       # its handshake waits on the probe
-threading.Thread(target=first.connect_unix, args=(sock,), daemon=True).start()
-time.sleep(1)
+first = first_stalls(sock, sys.argv[3])  # its handshake waits on the probe
 t0 = time.time()
 h = nbd.NBD()
 h.connect_unix(sock)
@@ -326,10 +345,25 @@ assert h.pread(65536, 1 << 20) == data[1 << 20:(1 << 20) + 65536], \
     "wrong data"
 print("another client in after %.1f s, its read right" % (time.time() - t0))
 PYEOF
-timeout 60 /usr/bin/python3 "$tmp/stall.py" "$tmp/stall.sock" \
-  "$tmp/stall.data" || { release; fail "a stalled probe read kept clients out"; }
+PYTHONPATH=$tmp timeout 60 /usr/bin/python3 "$tmp/stall.py" \
+  "$tmp/stall.sock" "$tmp/stall.data" "$tmp/stalled" || { release; fail "a stalled probe read kept clients out"; }
 release
 timeout 60 nbdsh -u "nbd+unix:///?socket=$tmp/stall.sock" \
   -c 'print("after the read returned: connected")' ||
   fail "no connection after the stalled read returned"
 stop_servers
+
+# The same stall, but the client whose handshake waits goes away and
+# nbdkit is told to quit as soon as the read returns: that connection
+# never closes (its handshake failed), so its probe is still reading
+# when nbdkit unloads the plugin.  nbdkit must exit cleanly, not crash
+# in the unloaded plugin (stop_servers fails on a signal).
+rm -f "$tmp/stalled"; mkfifo "$tmp/stall"
+stall_server
+PYTHONPATH=$tmp timeout 60 /usr/bin/python3 -c 'import sys
+from first import first_stalls
+first_stalls(sys.argv[1], sys.argv[2])' "$tmp/stall.sock" "$tmp/stalled" ||
+  fail "the first probe read never reached the plugin"
+release
+stop_servers
+echo "stalled handshake, then quit: nbdkit exited cleanly"

@@ -18,16 +18,12 @@ policy="blocksize-minimum=4096 blocksize-error-policy=error"
 peak ()
 {
   local name=$1; shift
-  rm -f "$tmp/sock" "$tmp/pid"
-  nbdkit --threads=4 -U "$tmp/sock" -P "$tmp/pid" "$@"
-  local pid i
-  pid=$(wait_started "$tmp/sock" "$tmp/pid") || exit 1
+  start_server "$tmp/sock" "$tmp/pid" --threads=4 "$@"
   timeout 600 "$srcdir/load-client.py" "$seed" \
     "nbd+unix:///?socket=$tmp/sock" >&2 ||
-    { kill "$pid"; fail "$name: load did not finish"; }
-  awk '/^VmHWM/ {print $2}' "/proc/$pid/status"
-  kill "$pid"
-  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+    { stop_servers; fail "$name: load did not finish"; }
+  awk '/^VmHWM/ {print $2}' "/proc/$(cat "$tmp/pid")/status"
+  stop_servers
 }
 
 base=$(peak "no filter" null 1G)

@@ -85,16 +85,18 @@ elif case == "kill":                    # X's client dies
     pid = os.fork()
     if pid == 0:
         X = nbd.NBD(); X.connect_uri(uri)
-        leader(X, 0, 10 * K, 2 * K); os.write(w, b"x"); time.sleep(100)
+        leader(X, 0, 10 * K, 2 * K); os.write(w, b"x")
+        while X.aio_in_flight() > 1: X.poll(-1)
+        os.write(w, b"y"); time.sleep(100)
     os.read(r, 1)
     Y = nbd.NBD(); Y.connect_uri(uri)
     c = Y.aio_pwrite(b"\2" * K, 3 * K)
-    # Kill X once its two first writes are done and the merged one is
-    # at the plugin: X then has one reply outstanding, not several
-    # (nbdkit 1.32 asserts when two replies race to a dead socket).
-    # Killed that late, the case no longer fails the old merging; the
-    # retry it needs is the one the poison case proves.
-    time.sleep(0.65)
+    # Kill X once its two first writes are done (X says so) and the
+    # merged one is at the plugin: X then has one reply outstanding,
+    # not several (nbdkit 1.32 asserts when two replies race to a dead
+    # socket).  Killed that late, the case no longer fails the old
+    # merging; the retry it needs is the one the poison case proves.
+    os.read(r, 1); time.sleep(0.1)
     os.kill(pid, signal.SIGKILL); os.waitpid(pid, 0)
     while Y.aio_in_flight(): Y.poll(-1)
     Y.aio_command_completed(c)          # raises if it failed

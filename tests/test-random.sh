@@ -42,7 +42,10 @@ run ()
     case "$name" in
       *readahead*)
         hits=$(awk '/^readahead hits/ {print $NF}' "$tmp/stats")
-        test "$hits" -gt 0 || fail "$name: seed $seed: readahead unused"
+        # About 50 hits in 1500 operations; in the 300 of the valgrind
+        # runs, a few, and none for about 1 seed in 250.
+        test "$hits" -gt 0 || [ "$ops" -lt 1000 ] ||
+          fail "$name: seed $seed: readahead unused"
         echo "readahead hits: $hits" ;;
     esac
   done

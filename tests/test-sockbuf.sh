@@ -88,14 +88,16 @@ if unshare --mount --propagation private true 2>/dev/null; then
   unshare --mount --propagation private sh -c '
     mount -t tmpfs none /proc || exit 0
     test -e /proc/self/fd && exit 1
-    nbdkit -U "$1/np.sock" -P "$1/np.pid" --filter="$2" memory 1M \
-      reshape-sndbuf=1M reshape-stats="$1/stats-noproc" || exit 1
-    for i in $(seq 50); do
+    nbdkit -U "$1/np.sock" -P "$1/np.pid" -f --filter="$2" memory 1M \
+      reshape-sndbuf=1M reshape-stats="$1/stats-noproc" &
+    job=$!
+    for i in $(seq 100); do
       test -S "$1/np.sock" && test -s "$1/np.pid" && break; sleep 0.1
     done
+    test -s "$1/np.pid" || { echo "nbdkit did not start" >&2; exit 1; }
     nbdsh -u "nbd+unix:///?socket=$1/np.sock" -c "h.pwrite(b\"a\", 0)"
     kill $(cat "$1/np.pid")
-    while kill -0 $(cat "$1/np.pid") 2>/dev/null; do sleep 0.1; done
+    wait $job
   ' sh "$tmp" "$FILTER" || fail "no-/proc run failed"
   if [ -f "$tmp/stats-noproc" ]; then
     test "$(stat_of "$tmp/stats-noproc" "client sockets raised")" = 1 ||

@@ -71,28 +71,30 @@ test "$rmw" -gt 0 || fail "the mixed case made no read-modify-write"
 round "fixed: smallest pool" sswwrrswr reshape-pool=64K reshape-min=64K \
   reshape-readahead=100K reshape-writeback=true reshape-merge=true
 
-pick () { local a=("$@"); echo "${a[RANDOM % ${#a[@]}]}"; }
+# pick WORDS...: one of them, in $v.  Not through $(...): bash reseeds
+# RANDOM in each subshell, and the seed would not replay the rounds.
+pick () { local a=("$@"); v=${a[RANDOM % ${#a[@]}]}; }
 RANDOM=$seed
 for i in $(seq 1 "$rounds"); do
   params=()
-  v=$(pick 64K 100K 256K 1000000 1M 3M 64M)
+  pick 64K 100K 256K 1000000 1M 3M 64M
   params+=(reshape-pool=$v)
-  v=$(pick off 64K 100K 250K 3000000 8M "")
+  pick off 64K 100K 250K 3000000 8M ""
   [ -z "$v" ] || params+=(reshape-readahead=$v)
-  min=$(pick "" 512 4K 64K)
+  pick "" 512 4K 64K; min=$v
   [ -z "$min" ] || params+=(reshape-min=$min)
-  v=$(pick "" 4K 64K 256K 2M)
+  pick "" 4K 64K 256K 2M
   [ -z "$v" ] || params+=(reshape-size=$v)
   # A cap below the minimum is refused at startup (test-params.sh).
   case $min in
-    64K) v=$(pick "" 64K 100K 3000000) ;;
-    *)   v=$(pick "" 8K 100K 128K 3000000) ;;
+    64K) pick "" 64K 100K 3000000 ;;
+    *)   pick "" 8K 100K 128K 3000000 ;;
   esac
   [ -z "$v" ] || params+=(reshape-max=$v)
-  params+=(reshape-parallel=$(pick 1 2 16))
-  params+=(reshape-writeback=$(pick true false))
-  params+=(reshape-merge=$(pick true false))
-  kinds=$(pick sswwrrsw swrswrswr sssswwww wwrrsswwrr)
+  pick 1 2 16; params+=(reshape-parallel=$v)
+  pick true false; params+=(reshape-writeback=$v)
+  pick true false; params+=(reshape-merge=$v)
+  pick sswwrrsw swrswrswr sssswwww wwrrsswwrr; kinds=$v
   round "round $i" "$kinds" "${params[@]}"
 done
 echo "ok: $((rounds + 3)) rounds, no hang, all data checked"

@@ -152,9 +152,16 @@ reshape_after_fork (nbdkit_backend *nxdata)
   return workers_start (reshape_cfg.parallel - 1);
 }
 
+/* Probes beside the connections stop here, not only in unload: nbdkit
+ * frees the plugin before it unloads the filter, and a probe whose
+ * connection never closed (a handshake that failed, so no .close, or
+ * nbdkit quitting) would read through an unloaded plugin.  nbdkit runs
+ * .cleanup, filter first, before it frees anything.
+ */
 static void
 reshape_cleanup (nbdkit_backend *nxdata)
 {
+  probe_stop_all ();
   workers_stop ();
 }
 
