@@ -19,6 +19,9 @@ M="$PWD/bench/.libs/nbdkit-model-plugin.so"
 out="$PWD/bench/results"
 mkdir -p "$out"
 test -f "$M" || make -s check TESTS= >/dev/null
+# Without hyperfine every table would keep its old numbers, silently.
+command -v hyperfine >/dev/null ||
+  { echo "$0: needs hyperfine (apt-get install hyperfine)" >&2; exit 1; }
 slow="latency=1ms bandwidth=400M"
 
 # bench NAME CLIENT-COMMAND then (label, nbdkit words) pairs
