@@ -82,3 +82,32 @@ failed=$(grep -c 'bad region' "$tmp/err" || :)
 echo "plugin reads of the bad region: $failed"
 test "$failed" -ge 1 || fail "no window reached the bad region"
 test "$failed" -le 200 || fail "windows kept trying the bad region"
+
+# Staged writes the plugin refuses (reshape-writeback, the error filter
+# failing every write): a window over them cannot be read from the
+# plugin (its bytes there are older than the staged ones), so it is
+# not made and counted as a fill not kept; each read goes to the plugin
+# on its own, with the staged bytes over it.  Every 4K read of the
+# stream returns what was written.  At close the refused bytes are
+# given up (the error filter still refuses them).
+rm -f "$tmp/disk" "$tmp/stats"; truncate -s 4M "$tmp/disk"
+touch "$tmp/refuse"
+nbdkit -U - --filter="$FILTER" --filter=error --filter=delay \
+  file "$tmp/disk" delay-read=1ms \
+  error-pwrite=EIO error-pwrite-rate=100% error-file="$tmp/refuse" \
+  reshape-writeback=true reshape-size=64K reshape-stats="$tmp/stats" \
+  --run '/usr/bin/python3 -c "
+import nbd, sys
+h = nbd.NBD(); h.connect_uri(sys.argv[1])
+want = bytearray(1 << 20)
+for off in range(8192 + 100, 1 << 20, 96 * 1024):
+    h.pwrite(b\"s\" * 100, off)           # staged, acknowledged
+    want[off:off + 100] = b\"s\" * 100
+for i in range(256):
+    assert h.pread(4096, i * 4096) == want[i * 4096:(i + 1) * 4096], \
+        \"read %d: wrong data\" % i
+print(\"a stream over refused staged writes read right\")
+" "$uri"' 2> "$tmp/err" || { cat "$tmp/err"; fail "stream over staged writes"; }
+lost=$(awk '/^readahead fills not kept/ {print $NF}' "$tmp/stats")
+echo "readahead fills not kept: $lost"
+test "$lost" -ge 1 || fail "no window over refused staged writes was given up"

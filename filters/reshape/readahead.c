@@ -188,6 +188,7 @@ run_lost (struct readahead *ra, const struct cache_fill *f)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&ra->lock);
 
+  stats_add (C_RA_LOST, 1);
   if (ra->ahead_lo == f->lo && ra->ahead_hi == f->hi)
     ra->ahead_lo = f->hi - (f->hi - f->lo) / 4;
 }

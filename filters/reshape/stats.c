@@ -48,6 +48,7 @@ static const char *const counter_names[C_COUNTERS] = {
   [C_RA_WINDOW] = "readahead window high-water (bytes)",
   [C_RA_GRAINS] = "grains fetched for streams (auto)",
   [C_RA_AHEAD] = "grains fetched ahead of pipelined streams",
+  [C_RA_LOST] = "readahead fills not kept",
   [C_WB_STAGED] = "bytes staged (write-back)",
   [C_WB_WRITTEN] = "staged bytes written back",
   [C_WB_FAILED] = "write-backs failed (kept staged)",
