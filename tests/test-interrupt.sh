@@ -21,6 +21,7 @@ run ()
   truncate -s 1G "$tmp/disk"; : > "$tmp/log"
   nbdkit -U "$tmp/sock" -P "$tmp/pid" -f --filter="$FILTER" \
     file "$tmp/disk" $params &
+  local job=$! rc=0
   local pid; pid=$(wait_started "$tmp/sock" "$tmp/pid") || exit 1
   "$srcdir/interrupt-client.py" "$seed" "nbd+unix:///?socket=$tmp/sock" \
     "$tmp/log" & client=$!
@@ -30,7 +31,9 @@ run ()
     nbdkit) kill "$pid" ;;
   esac
   wait $client 2>/dev/null || :
-  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  wait $job || rc=$?
+  [ "$rc" -le 128 ] || [ "$rc" = 143 ] ||
+    fail "$name: nbdkit died of a signal (status $rc)"
   test "$(wc -l < "$tmp/log")" -gt 50 ||
     fail "$name: too little load ($(wc -l < "$tmp/log") writes acknowledged)"
   "$srcdir/check-acked.py" "$tmp/disk" "$tmp/log" || fail "$name: seed $seed"

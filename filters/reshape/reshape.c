@@ -154,9 +154,10 @@ reshape_after_fork (nbdkit_backend *nxdata)
 
 /* Probes beside the connections stop here, not only in unload: nbdkit
  * frees the plugin before it unloads the filter, and a probe whose
- * connection never closed (a handshake that failed, so no .close, or
- * nbdkit quitting) would read through an unloaded plugin.  nbdkit runs
- * .cleanup, filter first, before it frees anything.
+ * connection never closed (a handshake that failed while nbdkit was
+ * quitting: nbdkit then skips .close) would read through an unloaded
+ * plugin.  nbdkit runs .cleanup, filter first, once every connection
+ * has ended and before it frees anything.
  */
 static void
 reshape_cleanup (nbdkit_backend *nxdata)
