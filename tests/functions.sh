@@ -186,6 +186,10 @@ wait_started ()
   test -s "$2" && test -S "$1" || fail "nbdkit did not start: ${3:-$1}"
   cat "$2"
 }
+# died_of_signal STATUS: whether a server's exit status says a signal
+# other than the SIGTERM it was stopped with ended it (a crash).
+died_of_signal () { [ "$1" -gt 128 ] && [ "$1" != 143 ]; }
+
 # stop_servers: SIGTERM to each, then its exit status: a server that
 # died of a signal at shutdown (a crash in unload, say) fails the test
 # (returns 1: under set -e the test ends, and the exit hook counts it).
@@ -200,7 +204,7 @@ stop_servers ()
     rc=0
     wait "$p" 2>/dev/null || rc=$?
     # 127: already reaped (a bare "wait" elsewhere), status unknown.
-    [ "$rc" -le 128 ] || [ "$rc" = 143 ] || bad="$bad $rc"
+    ! died_of_signal "$rc" || bad="$bad $rc"
   done
   server_jobs=""
   [ -z "$bad" ] || {

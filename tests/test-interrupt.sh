@@ -32,7 +32,7 @@ run ()
   esac
   wait $client 2>/dev/null || :
   wait $job || rc=$?
-  [ "$rc" -le 128 ] || [ "$rc" = 143 ] ||
+  ! died_of_signal "$rc" ||
     fail "$name: nbdkit died of a signal (status $rc)"
   test "$(wc -l < "$tmp/log")" -gt 50 ||
     fail "$name: too little load ($(wc -l < "$tmp/log") writes acknowledged)"
