@@ -12,7 +12,7 @@
 #   2  stats params
 #   3  pool workers sockbuf tune
 #   4  cut profile
-#   5  split cache probe
+#   5  split cache
 #   6  merge writeback readahead
 #   7  export
 #   8  reshape (the nbdkit callbacks and the order of the stages)
@@ -25,7 +25,7 @@ layers="
 2 stats params
 3 pool workers sockbuf tune
 4 cut profile
-5 split cache probe
+5 split cache
 6 merge writeback readahead
 7 export
 8 reshape

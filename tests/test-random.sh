@@ -12,20 +12,23 @@ echo "seeds: $seeds"
 ops=${RESHAPE_OPS:-1500}
 disk="$tmp/disk"
 
-# run NAME SIZE RANDOM-IO-ARGS "FILTERS" "PARAMETERS"
+# run NAME SIZE RANDOM-IO-ARGS "FILTERS" "PARAMETERS" [EXPORT-SIZE]: a
+# file of SIZE bytes, offered as EXPORT-SIZE (default SIZE).
 run ()
 {
   local name=$1 size=$2 extra=$3 filters=$4 params=$5 seed
+  local esize=${6:-$2}
   for seed in $seeds; do
     rm -f "$disk"; truncate -s "$size" "$disk"
     echo "== $name, seed $seed"
     nbdkit -U - --filter="$FILTER" $filters file "$disk" $params \
       reshape-stats="$tmp/stats" \
-      --run "$srcdir/random-io.py $seed \$uri $size $tmp/model --ops $ops $extra" \
+      --run "$srcdir/random-io.py $seed \$uri $esize $tmp/model --ops $ops $extra" \
       2> "$tmp/stderr" || {
         grep -v 'injecting' "$tmp/stderr" | tail -20 >&2
         fail "$name: seed $seed"
       }
+    truncate -s "$esize" "$disk"      # the model's length
     "$srcdir/compare-model.py" "$disk" "$tmp/model" ||
       fail "$name: seed $seed: backing file differs from the model"
     case "$params" in
@@ -59,8 +62,9 @@ run "4K-minimum plugin" 2097152 "" \
   "--filter=delay --filter=blocksize-policy" "delay-read=1ms $policy"
 # No alignment needed: splitting only, small pieces.
 run "no minimum, size 4K" 2097152 "" "" "reshape-size=4K reshape-max=8K"
-# Export size not a multiple of the minimum: the tail stays usable.
-run "odd size, reshape-min=4K" $((2 * 1048576 + 1000)) "" "" reshape-min=4K
+# Export size not a multiple of the minimum: offered rounded down.
+run "odd size, reshape-min=4K" $((2 * 1048576 + 1000)) "" "" reshape-min=4K \
+  $((2 * 1048576))
 # 64K minimum, a cap below the size.
 run "64K minimum, max 128K" 2097152 "" "--filter=blocksize-policy" \
   "reshape-size=1M reshape-max=128K blocksize-minimum=64K blocksize-preferred=64K blocksize-error-policy=error"
@@ -88,7 +92,7 @@ run "write-back with everything" 2097152 "--seq 0.5 --seqwrite" \
   "--filter=delay" \
   "delay-write=1ms reshape-writeback=true reshape-merge=true reshape-size=64K"
 # reshape-size=auto (the default) over a plugin with latency, every
-# feature on: the probe, cut choices, grains fetched for streams.
+# feature on: learning, cut choices, grains fetched for streams.
 run "auto with everything" 2097152 "--seq 0.6 --seqwrite" \
   "--filter=delay" \
   "delay-read=1ms delay-write=1ms reshape-size=auto reshape-writeback=true reshape-merge=true"

@@ -235,23 +235,25 @@ print(\"no staging without flush\")
 "' || fail "write-back over a plugin without flush"
 
 # Connections of one export that stage in blocks of different sizes
-# share them (multi-conn): with reshape-size=auto, one made while the
-# probe goes on beside the first (20 ms per read) stages in the static
-# size, one made after it in the learnt one.  Each write must win over
-# the writes acknowledged before it, whatever block it lands near, and
-# no write may reach past the end of a block of the other size (that
-# overwrote the heap and killed the server).
+# share them (multi-conn): with reshape-size=auto, one made before a
+# client's stream taught the export stages in the static size, one
+# made after it in the learnt one.  Each write must win over the writes
+# acknowledged before it, whatever block it lands near, and no write
+# may reach past the end of a block of the other size (that overwrote
+# the heap and killed the server).
 cat > "$tmp/shapes.py" <<'PYEOF'
-import nbd, sys, time
+import nbd, subprocess, sys
 sock = sys.argv[1]
 c1 = nbd.NBD(); c1.connect_unix(sock)
 p1 = c1.get_block_size(nbd.SIZE_PREFERRED)
-for i in range(100):                    # until the probe is over
+for i in range(4):                      # until a stream taught it
+    subprocess.run([sys.executable, sys.argv[2], sock, "262144", "16",
+                    str(16 << 20), "--from", str(i << 24)], check=True)
     c2 = nbd.NBD(); c2.connect_unix(sock)
     p2 = c2.get_block_size(nbd.SIZE_PREFERRED)
     if p2 != p1:
         break
-    c2.shutdown(); time.sleep(0.2)
+    c2.shutdown()
 assert c1.can_multi_conn(), "the model plugin should allow multi-conn"
 assert p2 != p1, "both connections were told %d" % p1
 print("told %d, then %d" % (p1, p2))
@@ -275,8 +277,9 @@ large.flush()
 print("writes through blocks of two sizes: each read back")
 PYEOF
 start_server "$tmp/shapes.sock" "$tmp/shapes.pid" --filter="$FILTER" \
-  "$MODEL" size=64M latency=20ms bandwidth=400M reshape-writeback=true
-/usr/bin/python3 "$tmp/shapes.py" "$tmp/shapes.sock" ||
+  "$MODEL" size=64M latency=2ms bandwidth=400M reshape-writeback=true
+/usr/bin/python3 "$tmp/shapes.py" "$tmp/shapes.sock" \
+  "$srcdir/stream-reads.py" ||
   fail "write-back across connections told different sizes"
 kill -0 "$(cat "$tmp/shapes.pid")" || fail "the server died"
 stop_servers

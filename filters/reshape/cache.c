@@ -26,12 +26,24 @@
 #include "cache.h"
 #include "common.h"
 #include "pool.h"
+#include "stats.h"
+
+/* The budget: 5% of what clients read, plus 16M per export (enough to
+ * learn in, and for a window per stream of a few clients).
+ */
+#define BUDGET_SHARE 20
+#define BUDGET_BASE (16 * 1024 * 1024)
+/* Which bytes of an entry were read, in at most this many chunks. */
+#define CHUNKS 512
 
 struct cache_entry {
   uint64_t off;
   uint32_t len;
   char *buf;
   struct cache_entry *next;
+  uint32_t chunk;                   /* bytes per bit of read[] */
+  uint64_t unread;                  /* unasked bytes no client read */
+  uint64_t read[CHUNKS / 64];       /* chunks a client asked for */
 };
 
 struct cache {
@@ -39,8 +51,79 @@ struct cache {
   pthread_cond_t filled;            /* a fill ended */
   struct cache_entry *entries;      /* most recently used first */
   struct cache_fill *fills;
+  struct budget *budget;
   struct cache *next;               /* the live list */
 };
+
+void
+budget_client (struct budget *b, uint64_t bytes)
+{
+  __atomic_add_fetch (&b->client, bytes, __ATOMIC_RELAXED);
+}
+
+/* Charge n unasked bytes to b, if they fit. */
+static bool
+budget_charge (struct budget *b, uint64_t n)
+{
+  const uint64_t allowed =
+    __atomic_load_n (&b->client, __ATOMIC_RELAXED) / BUDGET_SHARE +
+    BUDGET_BASE;
+  const uint64_t used = __atomic_load_n (&b->pending, __ATOMIC_RELAXED) +
+    __atomic_load_n (&b->wasted, __ATOMIC_RELAXED);
+
+  if (n == 0)
+    return true;
+  if (used + n > allowed) {
+    stats_add (C_RA_REFUSED, 1);
+    return false;
+  }
+  __atomic_add_fetch (&b->pending, n, __ATOMIC_RELAXED);
+  return true;
+}
+
+/* n charged bytes were read by a client, or never read from the
+ * plugin.
+ */
+static void
+budget_refund (struct budget *b, uint64_t n)
+{
+  __atomic_sub_fetch (&b->pending, n, __ATOMIC_RELAXED);
+}
+
+/* n charged bytes were read from the plugin, and no client will read
+ * them.
+ */
+static void
+budget_waste (struct budget *b, uint64_t n)
+{
+  budget_refund (b, n);
+  __atomic_add_fetch (&b->wasted, n, __ATOMIC_RELAXED);
+  stats_add (C_RA_UNREAD, n);
+}
+
+/* Mark what a client read of [lo, hi) in e; returns the bytes of the
+ * chunks read for the first time.  Lock held.
+ */
+static uint64_t
+mark_read (struct cache_entry *e, uint64_t lo, uint64_t hi)
+{
+  uint64_t n = 0, i, first, last;
+
+  lo = max_u64 (lo, e->off);
+  hi = min_u64 (hi, e->off + e->len);
+  if (lo >= hi)
+    return 0;
+  first = (lo - e->off) / e->chunk;
+  last = (hi - 1 - e->off) / e->chunk;
+  for (i = first; i <= last; i++) {
+    const uint64_t bit = UINT64_C (1) << (i % 64);
+    if (e->read[i / 64] & bit)
+      continue;
+    e->read[i / 64] |= bit;
+    n += min_u64 (e->chunk, e->len - i * e->chunk);
+  }
+  return n;
+}
 
 static struct {
   pthread_mutex_t lock;             /* the list, never data */
@@ -62,12 +145,13 @@ anything (void)
 }
 
 struct cache *
-cache_new (void)
+cache_new (struct budget *budget)
 {
   struct cache *c = calloc (1, sizeof *c);
 
   if (c == NULL)
     return NULL;
+  c->budget = budget;
   pthread_mutex_init (&c->lock, NULL);
   pthread_cond_init (&c->filled, NULL);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&live.lock);
@@ -77,10 +161,12 @@ cache_new (void)
 }
 
 static void
-drop (struct cache_entry **pp)
+drop (struct cache *c, struct cache_entry **pp)
 {
   struct cache_entry *e = *pp;
 
+  if (e->unread)
+    budget_waste (c->budget, e->unread);
   *pp = e->next;
   __atomic_sub_fetch (&live.cached_bytes, e->len, __ATOMIC_SEQ_CST);
   pool_put (POOL_CACHE, e->buf, e->len);
@@ -100,7 +186,7 @@ drop_oldest (struct cache *c, uint64_t *freed)
   while ((*pp)->next)
     pp = &(*pp)->next;
   *freed += (*pp)->len;
-  drop (pp);
+  drop (c, pp);
   return true;
 }
 
@@ -158,7 +244,10 @@ cache_read (struct cache *c, uint64_t offset, uint32_t count, void *dst)
   for (uint64_t pos = offset; pos < offset + count; ) {
     struct cache_entry *e = find (c, pos);
     uint32_t n = min_u64 (e->off + e->len, offset + count) - pos;
+    uint64_t first_read = min_u64 (mark_read (e, pos, pos + n), e->unread);
     memcpy (out + (pos - offset), e->buf + (pos - e->off), n);
+    e->unread -= first_read;
+    budget_refund (c->budget, first_read);
     pos += n;
   }
   return true;
@@ -189,37 +278,47 @@ cache_wait_fill (struct cache *c, uint64_t lo, uint64_t hi)
   return waited;
 }
 
-/* Link f in as a fill of [lo, hi).  Lock held. */
-static void
-link_fill (struct cache *c, struct cache_fill *f, uint64_t lo, uint64_t hi)
+/* Link f in as a fill of [lo, hi) asked for up to read_end, if the
+ * budget allows.  Lock held.
+ */
+static bool
+link_fill (struct cache *c, struct cache_fill *f, uint64_t lo, uint64_t hi,
+           uint64_t read_end)
 {
+  const uint64_t asked = min_u64 (max_u64 (read_end, lo), hi);
+
+  f->charged = hi - asked;
+  if (!budget_charge (c->budget, f->charged))
+    return false;
   f->lo = lo;
   f->hi = hi;
+  f->asked = asked;
   f->stale = false;
   __atomic_add_fetch (&live.fills_active, 1, __ATOMIC_SEQ_CST);
   f->next = c->fills;
   c->fills = f;
-}
-
-void
-cache_fill_begin (struct cache *c, struct cache_fill *f,
-                  uint64_t lo, uint64_t hi)
-{
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
-  link_fill (c, f, lo, hi);
+  return true;
 }
 
 bool
-cache_fill_begin_unless (struct cache *c, struct cache_fill *f,
-                         uint64_t lo, uint64_t hi,
-                         uint64_t want_lo, uint64_t want_hi)
+cache_fill_begin (struct cache *c, struct cache_fill *f,
+                  uint64_t lo, uint64_t hi, uint64_t read_end)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
 
-  if (covering (c, want_lo, want_hi))
-    return false;
-  link_fill (c, f, lo, hi);
-  return true;
+  return link_fill (c, f, lo, hi, read_end);
+}
+
+int
+cache_fill_begin_unless (struct cache *c, struct cache_fill *f,
+                         uint64_t lo, uint64_t hi,
+                         uint64_t read_lo, uint64_t read_hi)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
+
+  if (covering (c, read_lo, read_hi))
+    return 0;
+  return link_fill (c, f, lo, hi, read_hi) ? 1 : -1;
 }
 
 /* Drop every entry overlapping [lo, hi).  Lock held. */
@@ -230,7 +329,7 @@ forget_range (struct cache *c, uint64_t lo, uint64_t hi)
 
   while (*pp) {
     if ((*pp)->off < hi && lo < (*pp)->off + (*pp)->len)
-      drop (pp);
+      drop (c, pp);
     else
       pp = &(*pp)->next;
   }
@@ -250,7 +349,28 @@ make_room (struct cache *c, uint32_t len)
   return true;
 }
 
-/* Link f out of the fills in progress, then keep its data if it may. */
+/* An entry for f's data, what its client asked for marked read. */
+static struct cache_entry *
+entry_new (const struct cache_fill *f, void *buf, uint32_t len)
+{
+  struct cache_entry *e = calloc (1, sizeof *e);
+
+  if (e == NULL)
+    return NULL;
+  e->off = f->lo;
+  e->len = len;
+  e->buf = buf;
+  e->chunk = 4096;
+  while ((uint64_t) e->chunk * CHUNKS < len)
+    e->chunk *= 2;
+  e->unread = len - mark_read (e, f->lo, f->asked);
+  return e;
+}
+
+/* Link f out of the fills in progress, then keep its data if it may.
+ * Its charge moves to the entry, or is wasted (read for nothing), or
+ * refunded (nothing was read).
+ */
 static bool
 keep (struct cache *c, struct cache_fill *f, void *buf, uint32_t len,
       bool ok)
@@ -263,16 +383,22 @@ keep (struct cache *c, struct cache_fill *f, void *buf, uint32_t len,
     ;
   *pp = f->next;
   pthread_cond_broadcast (&c->filled);
-  if (!ok || f->stale)
-    return false;
-  forget_range (c, f->lo, f->lo + len);
-  e = malloc (sizeof *e);
-  if (e == NULL || !make_room (c, len)) {
-    free (e);
+  if (!ok) {
+    budget_refund (c->budget, f->charged);
     return false;
   }
-  *e = (struct cache_entry) { .off = f->lo, .len = len, .buf = buf,
-                              .next = c->entries };
+  e = f->stale ? NULL : entry_new (f, buf, len);
+  if (e)
+    forget_range (c, f->lo, f->lo + len);
+  if (e == NULL || !make_room (c, len)) {
+    free (e);
+    budget_waste (c->budget, f->charged);
+    return false;
+  }
+  /* The chunks a client read count whole: the charge was exact. */
+  e->unread = min_u64 (e->unread, f->charged);
+  budget_refund (c->budget, f->charged - e->unread);
+  e->next = c->entries;
   c->entries = e;
   __atomic_add_fetch (&live.cached_bytes, len, __ATOMIC_SEQ_CST);
   return true;

@@ -2,9 +2,11 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * Read data kept for later reads (filled by readahead), one cache per
- * export so that one export's clients never see another's data, kept
- * coherent with every write to any export.
+ * Read data kept for later reads (filled by readahead), kept coherent
+ * with every write to any export.  A cache serves one export's
+ * connections (or one connection: reshape.c decides), so that one
+ * export's clients never see another's data.  Each entry remembers
+ * which of its bytes a client has read, for the readahead budget.
  */
 
 #ifndef NBDKIT_RESHAPE_CACHE_H
@@ -15,18 +17,34 @@
 
 struct cache;
 
+/* The readahead budget of one export: the bytes the filter read from
+ * the plugin that no client asked for, while no client has read them
+ * (pending) and once they are dropped unread (wasted), held to
+ * BUDGET_SHARE of the bytes its clients read plus BUDGET_BASE.
+ * Atomic counters; zero-initialized.
+ */
+struct budget {
+  uint64_t client, pending, wasted;
+};
+/* Clients of the export read bytes. */
+extern void budget_client (struct budget *b, uint64_t bytes);
+
 /* A fill in progress: a write to its range meanwhile makes it stale,
  * and a stale fill is not kept (it may hold data from before the
- * write).  Lives on the filler's stack.
+ * write).  [lo, asked) is what the client that made it asked for
+ * (asked == lo: nobody; a fetch ahead); the rest is charged to the
+ * budget while it is filled.  Lives on the filler's stack.
  */
 struct cache_fill {
   uint64_t lo, hi;
+  uint64_t asked;
+  uint64_t charged;
   bool stale;
   struct cache_fill *next;
 };
 
-/* One export's cache; NULL with errno on failure. */
-extern struct cache *cache_new (void);
+/* A cache charging budget; NULL with errno on failure. */
+extern struct cache *cache_new (struct budget *budget);
 extern void cache_free (struct cache *c);
 
 /* Copy [offset, offset+count) to dst if cached whole; true on a hit. */
@@ -38,15 +56,20 @@ extern bool cache_read (struct cache *c, uint64_t offset, uint32_t count,
  */
 extern bool cache_wait_fill (struct cache *c, uint64_t lo, uint64_t hi);
 
-/* Before reading [lo, hi) from the plugin to keep it. */
-extern void cache_fill_begin (struct cache *c, struct cache_fill *f,
-                              uint64_t lo, uint64_t hi);
-/* The same, unless a fill in progress covers [want_lo, want_hi) (then
- * false, and nothing is begun: wait for that one).
+/* Before reading [lo, hi) from the plugin to keep it, for a stream's
+ * read that ends at read_end: the stream asked for what lies before
+ * (read_end <= lo: nothing, a fetch ahead), and the rest is charged.
+ * False (nothing begun) if that exceeds the budget.
  */
-extern bool cache_fill_begin_unless (struct cache *c, struct cache_fill *f,
-                                     uint64_t lo, uint64_t hi,
-                                     uint64_t want_lo, uint64_t want_hi);
+extern bool cache_fill_begin (struct cache *c, struct cache_fill *f,
+                              uint64_t lo, uint64_t hi, uint64_t read_end);
+/* The same for the read [read_lo, read_hi), unless a fill in progress
+ * covers it: 1 begun, 0 (nothing begun: wait for that one), -1 over
+ * budget.
+ */
+extern int cache_fill_begin_unless (struct cache *c, struct cache_fill *f,
+                                    uint64_t lo, uint64_t hi,
+                                    uint64_t read_lo, uint64_t read_hi);
 /* After: keeps buf (a POOL_REQUEST buffer of len bytes at f->lo)
  * unless the fill went stale or failed (ok false) or the pool's cache
  * share has no room; returns whether it was kept.  A buffer not kept

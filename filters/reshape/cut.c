@@ -4,24 +4,30 @@
  *
  * reshape-size=auto: where a request is cut.  A request is sent whole
  * (up to the plugin's maximum) until cutting is measured to be faster.
- * For every request larger than 2 G, the model L + s/B (tune.c), run
- * on the lanes the large requests in flight leave it (lanes), proposes
- * the best cut; if it promises to be at least 25% faster, every 4th
- * request of that size class (every 2nd read if it promises twice as
- * fast: a client may send only a few such requests) is cut there until
- * both options have a few samples, then every 16th tries the option not
- * in use, and the option measured faster (by 15%, end to end) is kept.
- * So a request is never cut below its own size unless the plugin's
- * maximum demands it or cutting was measured to be faster, and the
- * choice follows the plugin if it changes.  An option measured 30%
- * worse, even once, is tried less and less often (down to every 256th
- * request), and more often again (up to every 16th) once it measures
- * no worse.
+ *
+ * What to try: once the export's cost is learnt (tune.c), the model
+ * L + s/B, run on the lanes the large requests in flight leave it
+ * (lanes), proposes the best cut of every request larger than 2 G; if
+ * it promises to be at least 25% faster, it is tried.  Before that,
+ * a request large enough for every lane to get a piece of at least
+ * PIECE_MIN is tried cut into one piece per lane: the measurement
+ * alone decides.  Nothing is tried over a plugin that serializes
+ * requests (one lane) or one learnt to have no latency.
+ *
+ * How: every 4th request of a size class (every 2nd read if the model
+ * promises twice as fast: a client may send only a few such requests)
+ * is cut there until both options have a few samples; then every 16th
+ * tries the option not in use, and the option measured faster (by
+ * 15%, end to end) is kept.  An option measured 30% worse, even once,
+ * is tried less and less often (down to every 256th request), and
+ * more often again (up to every 16th) once it measures no worse.  So
+ * the choice follows the plugin if it changes.
  */
 
 #include <config.h>
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include <nbdkit-filter.h>
@@ -29,6 +35,7 @@
 #include "common.h"
 #include "cut.h"
 #include "params.h"
+#include "stats.h"
 #include "tune.h"
 
 #define FLAT 1.25                       /* "as cheap" */
@@ -40,6 +47,58 @@
 #define SWITCH 0.87                     /* the other option wins by 15% */
 #define WORSE 1.3                       /* an exploration that lost */
 #define MIN_SAMPLES 3
+#define UNLEARNT_MIN (8 * 1024 * 1024)  /* tried without a model ... */
+#define PIECE_MIN (1024 * 1024)         /* ... in pieces this large */
+#define CLASSES 16                      /* request sizes 4K ... 128M */
+
+/* Cut or whole, for one direction and size class of requests. */
+struct bandit {
+  bool used;
+  bool cut;                             /* the current choice */
+  double ns_per_byte[2];                /* EWMA, [0] whole, [1] cut */
+  unsigned samples[2];
+  unsigned since;                       /* requests since exploring */
+  unsigned every;                       /* explore every so many */
+};
+
+struct cut {
+  pthread_mutex_t lock;
+  unsigned inflight;                    /* requests timed, atomic */
+  struct bandit bandits[TUNE_DIRS][CLASSES];
+};
+
+struct cut *
+cut_new (void)
+{
+  struct cut *k = calloc (1, sizeof *k);
+
+  if (k)
+    pthread_mutex_init (&k->lock, NULL);
+  return k;
+}
+
+void
+cut_free (struct cut *k)
+{
+  pthread_mutex_destroy (&k->lock);
+  free (k);
+}
+
+static unsigned
+size_class (uint64_t bytes)
+{
+  unsigned c = 0;
+
+  while (c + 1 < CLASSES && bytes >> (c + 13))
+    c++;
+  return c;
+}
+
+static const char *
+dir_name (enum tune_dir d)
+{
+  return d == TUNE_READ ? "reads" : "writes";
+}
 
 /* Lanes: the pieces of one request that run at once.  The plugin's
  * parallelism (reshape-parallel, like nbdkit's threads) is shared by
@@ -49,40 +108,20 @@
  * while its own time, all that the measuring sees, looks faster.
  */
 static unsigned
-lanes (struct tune *t)
+lanes (struct cut *k)
 {
-  unsigned n = __atomic_load_n (&t->inflight, __ATOMIC_RELAXED);
+  unsigned n = __atomic_load_n (&k->inflight, __ATOMIC_RELAXED);
 
   if (!reshape_cfg.parallel_ok)
     return 1;
   return max_u64 (reshape_cfg.parallel / max_u64 (n, 1), 1);
 }
 
-/* What a request of count bytes is cut by, if anything may cut it:
- * the probe's model; while the probe goes on beside the connections,
- * if early, the handshake's (beside_hint); neither for a plugin
- * without latency or a request too small to cut in two grains.  Lock
- * held.
- */
-static bool
-model_for (const struct tune *t, uint64_t count, bool early,
-           struct cut_model *m)
-{
-  if (t->measured && !t->fast)
-    *m = probed (t);
-  else if (early && t->beside && t->early.grain)
-    *m = t->early;
-  else
-    return false;
-  return count >= 2 * m->grain;
-}
-
 /* The model's best cut of count bytes and its gain over whole. */
 static uint64_t
-best_cut (struct tune *t, const struct cut_model *m, uint64_t count,
+best_cut (unsigned l, const struct cut_model *m, uint64_t count,
           uint32_t max, double *gain)
 {
-  const unsigned l = lanes (t);
   const double whole = model_ns (m, min_u64 (count, max)) *
     ((count + max - 1) / max);
   uint64_t s, best = count;
@@ -100,104 +139,138 @@ best_cut (struct tune *t, const struct cut_model *m, uint64_t count,
   return best;
 }
 
-uint64_t
-cut_own (struct tune *t, uint64_t count, uint32_t max)
+/* The cut worth trying for count bytes, and what it promises (0:
+ * nothing known, only a measurement will tell); count if none.
+ */
+static uint64_t
+proposal (struct cut *k, struct tune *t, uint64_t count, uint32_t max,
+          double *gain)
 {
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+  const unsigned l = lanes (k);
+  struct cut_model m;
+  uint64_t piece;
+
+  *gain = 1;
+  switch (tune_model (t, &m)) {
+  case 1:
+    if (count < 2 * m.grain)
+      return count;
+    return best_cut (l, &m, count, max, gain);
+  case 0:                               /* not learnt: try one lane each */
+    if (l <= 1 || count < UNLEARNT_MIN)
+      return count;
+    piece = max_u64 (pow2_floor (count / l), PIECE_MIN);
+    *gain = 0;
+    return piece < count ? min_u64 (piece, max) : count;
+  default:                              /* no latency: nothing pays */
+    return count;
+  }
+}
+
+uint64_t
+cut_own (struct cut *k, struct tune *t, uint64_t count, uint32_t max)
+{
   struct cut_model m;
   uint64_t cut;
   double gain;
 
-  /* Only the probe's: nothing measures how the filter's own reads
+  /* Only the model's: nothing measures how the filter's own reads
    * fare cut.
    */
-  if (!model_for (t, count, false, &m))
+  if (tune_model (t, &m) != 1 || count < 2 * m.grain)
     return min_u64 (count, max);
-  cut = best_cut (t, &m, count, max, &gain);
+  cut = best_cut (lanes (k), &m, count, max, &gain);
   return gain >= FLAT ? cut : min_u64 (count, max);
 }
 
-uint32_t
-cut_begin (struct tune *t, enum tune_dir d, uint64_t count, uint32_t max,
-           struct cut_choice *c)
+/* A new bandit: eager to try cutting if the model promises much. */
+static void
+bandit_start (struct bandit *b, enum tune_dir d, double gain,
+              uint64_t count, uint64_t cut)
 {
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
-  struct cut_model m;
+  *b = (struct bandit) { .used = true, .cut = false,
+                         .every = d == TUNE_READ && gain >= BIG_GAIN ?
+                                  EXPLORE_EAGER : EXPLORE_FIRST };
+  if (reshape_debug_tune)
+    nbdkit_debug ("reshape: tune: %s of %" PRIu64 "K: whole (cut at %"
+                  PRIu64 "K to be measured; the model: %.2fx)",
+                  dir_name (d), count / 1024, cut / 1024, gain);
+}
+
+uint32_t
+cut_begin (struct cut *k, struct tune *t, enum tune_dir d, uint64_t count,
+           uint32_t max, struct cut_choice *c)
+{
   struct bandit *b;
-  uint64_t cut;
   double gain;
+  const uint64_t cut = proposal (k, t, count, max, &gain);
   bool explore;
 
   c->cls = -1;
-  if (!model_for (t, count, true, &m))
+  if (cut >= count)
     return min_u64 (count, max);
-  __atomic_add_fetch (&t->inflight, 1, __ATOMIC_RELAXED);
-  cut = best_cut (t, &m, count, max, &gain);
-  b = &t->bandits[d][class_of (count)];
-  if (!b->used) {
-    /* The model comes from reads: for writes its promise is no more
-     * than a guess (a decoder's clusters cost reads, not writes).
-     */
-    *b = (struct bandit) { .used = true, .cut = false,
-                           .every = d == TUNE_READ && gain >= BIG_GAIN ?
-                                    EXPLORE_EAGER : EXPLORE_FIRST };
-    if (reshape_debug_tune)
-      nbdkit_debug ("reshape: tune: '%s' %s of %" PRIu64 "K: %s (the "
-                    "model: %.2fx faster cut at %" PRIu64 "K, to be "
-                    "measured)", t->name,
-                    d == TUNE_READ ? "reads" : "writes", count / 1024,
-                    "whole", gain, cut / 1024);
-  }
-  /* Try the other option now and then, if the model sees one. */
-  explore = ++b->since >= b->every && cut < count &&
-    (b->cut || gain >= FLAT);
+  __atomic_add_fetch (&k->inflight, 1, __ATOMIC_RELAXED);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&k->lock);
+  b = &k->bandits[d][size_class (count)];
+  if (!b->used)
+    bandit_start (b, d, gain, count, cut);
+  /* Try the other option now and then: cutting only where the model
+   * promises a gain, or where there is no model to ask.
+   */
+  explore = ++b->since >= b->every &&
+    (b->cut || gain == 0 || gain >= FLAT);
   if (explore)
     b->since = 0;
-  c->cls = class_of (count);
-  c->cut = b->cut != explore && cut < count;
+  c->cls = size_class (count);
+  c->cut = b->cut != explore;
   c->count = count;
   c->start_ns = now_ns ();
   return c->cut ? cut : min_u64 (count, max);
 }
 
-void
-cut_end (struct tune *t, enum tune_dir d, const struct cut_choice *c,
-         bool ok)
+/* After a request of the option o: an exploration measured worse backs
+ * off at once (each try costs the client); a switch needs a few.  Lock
+ * held.
+ */
+static void
+bandit_learn (struct bandit *b, enum tune_dir d, unsigned cls, int o,
+              double npb)
 {
-  const double npb = (double) (now_ns () - c->start_ns) / c->count;
-  struct bandit *b;
-  const int o = c->cut;
-
-  if (c->cls < 0)
-    return;
-  __atomic_sub_fetch (&t->inflight, 1, __ATOMIC_RELAXED);
-  if (!ok)                      /* a failure's time tells nothing */
-    return;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
-  b = &t->bandits[d][c->cls];
   b->ns_per_byte[o] = b->samples[o] ? 0.75 * b->ns_per_byte[o] + 0.25 * npb
                                     : npb;
   b->samples[o]++;
-  /* An exploration measured worse backs off at once (the model was
-   * wrong, and each try costs the client); a switch needs a few.
-   */
-  if (o != b->cut && b->samples[!o] >= MIN_SAMPLES) {
-    if (b->samples[o] >= MIN_SAMPLES &&
-        b->ns_per_byte[o] < SWITCH * b->ns_per_byte[!o]) {
-      b->cut = o;
-      b->every = EXPLORE_EVERY;
-      b->switches++;
-      if (reshape_debug_tune)
-        nbdkit_debug ("reshape: tune: '%s' %s of %" PRIu64 "K: now %s "
-                      "(measured %.2f against %.2f ns per byte)", t->name,
-                      d == TUNE_READ ? "reads" : "writes",
-                      class_bytes (c->cls) / 1024, o ? "cut" : "whole",
-                      b->ns_per_byte[o], b->ns_per_byte[!o]);
-    }
-    else if (b->ns_per_byte[o] > WORSE * b->ns_per_byte[!o])
-      b->every = min_u64 (max_u64 (b->every, EXPLORE_EVERY) * 2,
-                          EXPLORE_RARELY);
-    else if (b->samples[o] >= MIN_SAMPLES)   /* not worse: try sooner */
-      b->every = max_u64 (b->every / 2, EXPLORE_EVERY);
+  if (o == b->cut || b->samples[!o] < MIN_SAMPLES)
+    return;
+  if (b->samples[o] >= MIN_SAMPLES &&
+      b->ns_per_byte[o] < SWITCH * b->ns_per_byte[!o]) {
+    b->cut = o;
+    b->every = EXPLORE_EVERY;
+    stats_add (C_CUT_SWITCHES, 1);
+    if (reshape_debug_tune)
+      nbdkit_debug ("reshape: tune: %s of %" PRIu64 "K+: now %s "
+                    "(measured %.2f against %.2f ns per byte)",
+                    dir_name (d), (UINT64_C (1) << (cls + 12)) / 1024,
+                    o ? "cut" : "whole", b->ns_per_byte[o],
+                    b->ns_per_byte[!o]);
   }
+  else if (b->ns_per_byte[o] > WORSE * b->ns_per_byte[!o])
+    b->every = min_u64 (max_u64 (b->every, EXPLORE_EVERY) * 2,
+                        EXPLORE_RARELY);
+  else if (b->samples[o] >= MIN_SAMPLES)   /* not worse: try sooner */
+    b->every = max_u64 (b->every / 2, EXPLORE_EVERY);
+}
+
+void
+cut_end (struct cut *k, enum tune_dir d, const struct cut_choice *c,
+         bool ok)
+{
+  const double npb = (double) (now_ns () - c->start_ns) / c->count;
+
+  if (c->cls < 0)
+    return;
+  __atomic_sub_fetch (&k->inflight, 1, __ATOMIC_RELAXED);
+  if (!ok)                      /* a failure's time tells nothing */
+    return;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&k->lock);
+  bandit_learn (&k->bandits[d][c->cls], d, c->cls, c->cut, npb);
 }

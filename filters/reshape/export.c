@@ -17,6 +17,7 @@
 
 #include "cache.h"
 #include "common.h"
+#include "cut.h"
 #include "export.h"
 #include "merge.h"
 #include "tune.h"
@@ -36,6 +37,10 @@ export_free (struct export *exp)
     merge_free (exp->merge);
   if (exp->wb)
     writeback_free (exp->wb);
+  if (exp->tune)
+    tune_put (exp->tune);
+  if (exp->cut)
+    cut_free (exp->cut);
   free (exp->name);
   free (exp);
 }
@@ -49,11 +54,13 @@ export_new (const char *name, bool tls)
     return NULL;
   exp->name = strdup (name);
   exp->tls = tls;
-  exp->cache = cache_new ();
+  exp->cache = cache_new (&exp->budget);
   exp->merge = merge_new ();
   exp->wb = writeback_new ();
   exp->tune = tune_get (name);
-  if (!exp->name || !exp->cache || !exp->merge || !exp->wb || !exp->tune) {
+  exp->cut = cut_new ();
+  if (!exp->name || !exp->cache || !exp->merge || !exp->wb || !exp->tune ||
+      !exp->cut) {
     export_free (exp);
     return NULL;
   }

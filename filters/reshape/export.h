@@ -13,7 +13,9 @@
 
 #include <stdbool.h>
 
-struct cache;
+#include "cache.h"
+
+struct cut;
 struct merge;
 struct tune;
 struct writeback;
@@ -22,10 +24,12 @@ struct export {
   char *name;
   bool tls;
   unsigned refs;              /* connections using it */
+  struct budget budget;       /* what readahead may read unasked */
   struct cache *cache;        /* readahead data (with multi-conn) */
   struct merge *merge;        /* groups of small requests */
   struct writeback *wb;       /* staged writes */
   struct tune *tune;          /* what is learnt (outlives the export) */
+  struct cut *cut;            /* cut-or-whole choices */
   struct export *next;
 };
 

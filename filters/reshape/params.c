@@ -109,26 +109,6 @@ params_file (char **out, const char *value)
   return *out ? 0 : -1;
 }
 
-/* Fail at start-up, not later, if file cannot be written: probe that
- * by making, then removing, a file beside it.
- */
-static int
-check_writable (const char *key, const char *file)
-{
-  CLEANUP_FREE char *probe = NULL;
-  FILE *fp;
-
-  if (asprintf (&probe, "%s.check.%ld", file, (long) getpid ()) == -1)
-    probe = NULL;               /* undefined after a failure */
-  if (probe == NULL || (fp = fopen (probe, "w")) == NULL) {
-    nbdkit_error ("%s: cannot write '%s': %m", key, file);
-    return -1;
-  }
-  fclose (fp);
-  unlink (probe);
-  return 0;
-}
-
 int
 params_key (const char *key, const char *value)
 {
@@ -210,7 +190,7 @@ int
 params_complete (void)
 {
   /* The plugin's own minimum is known only per connection (see
-   * params_geometry); the user's two values can be checked now.
+   * params_limits); the user's two values can be checked now.
    */
   if (reshape_cfg.min && reshape_cfg.max &&
       reshape_cfg.max < reshape_cfg.min) {
@@ -229,9 +209,6 @@ params_complete (void)
     }
     fclose (fp);
   }
-  if (reshape_cfg.profile_file &&
-      check_writable ("reshape-profile", reshape_cfg.profile_file) == -1)
-    return -1;
   return 0;
 }
 
@@ -275,10 +252,14 @@ params_limits (nbdkit_next *next, struct geometry *geo, uint32_t *ppref)
   if (next->block_size (next, &pmin, ppref, &pmax) == -1)
     return -1;
 
-  geo->exportsize = exportsize;
   geo->min = pmin ? pmin : 1;
   if (reshape_cfg.min > geo->min)
     geo->min = reshape_cfg.min;
+  /* A tail shorter than the minimum block is a request the plugin may
+   * refuse whatever the filter does: clients see the export rounded
+   * down to whole blocks, as with nbdkit's blocksize filter.
+   */
+  geo->exportsize = round_down (exportsize, geo->min);
 
   geo->max = pmax ? pmax : UINT32_MAX;
   if (reshape_cfg.max)
@@ -300,7 +281,7 @@ params_limits (nbdkit_next *next, struct geometry *geo, uint32_t *ppref)
  *   - reshape-size=SIZE: both;
  *   - reshape-size=auto, once learnt (tune.c): the learnt unit and
  *     preferred size, or the plugin's preferred size if larger (the
- *     plugin may know what a probe cannot see, a RAID stripe say);
+ *     plugin may know what timing cannot see, a RAID stripe say);
  *   - otherwise the plugin's preferred size if above 4K, else the
  *     static DEFAULT_SIZE, which is only a guess and so is not told
  *     to clients: they hear 4K (or the plugin's minimum).  Clients
@@ -310,7 +291,7 @@ params_limits (nbdkit_next *next, struct geometry *geo, uint32_t *ppref)
  *
  * Then the geometry's bounds: at least the minimum block, at most the
  * maximum (the cap wins), and the preferred size a power of 2 no
- * larger than the request size.
+ * larger than the request size or the export.
  */
 void
 params_sizes (struct geometry *geo, uint32_t ppref, uint32_t learnt_unit,
@@ -332,8 +313,10 @@ params_sizes (struct geometry *geo, uint32_t ppref, uint32_t learnt_unit,
   }
   size = max_u64 (size, geo->min);
   geo->size = round_down (min_u64 (size, geo->max), geo->min);
-  *preferred = preferred_pow2 (min_u64 (max_u64 (pref, geo->min),
-                                        geo->size));
+  /* Never above the export: a client sizes its buffers by it. */
+  *preferred = preferred_pow2 (min_u64 (min_u64 (max_u64 (pref, geo->min),
+                                                 geo->size),
+                                        max_u64 (geo->exportsize, 1)));
 
   nbdkit_debug ("reshape: plugin advertises preferred %" PRIu32
                 "; requests to it: aligned to %" PRIu32

@@ -2,30 +2,47 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * reshape-profile=FILE: what was learnt of each export (tune.c),
- * kept across restarts, so that the first connection of the next run
- * is told the right sizes without a probe.
+ * reshape-profile=FILE: what reshape-size=auto learnt of each export
+ * (tune.c), kept across restarts, so that the first connection of the
+ * next run is told the learnt sizes at once.
  *
- * A text file, one line per export measured:
+ * A text file, one line per export learnt:
  *
- *   nbdkit-reshape-filter profile 1
- *   export HEXNAME exportsize N min N max N fast 0|1 grain N
- *     lat NS npb NS probe CLASS:NS ...        (all on one line)
+ *   nbdkit-reshape-filter profile 2
+ *   entry STACK HEXNAME size N min N max N fast 0|1 queued 0|1
+ *     grain N flat NS lat NS npb NS          (all on one line)
  *
- * written whole to a temporary file and renamed over the old one, so
- * that a reader never sees half of it.  Anything unexpected makes the
- * whole file suspect: it is ignored with a warning, and every export
- * is probed.
+ * STACK identifies what lies below the filter: a hash of the
+ * parameters nbdkit passed through it (the plugin's and those of the
+ * filters below; the plugin's name is not told to filters, but its
+ * parameters tell one plugin from another).  An entry applies only to
+ * the same stack, export name, size and block sizes.
+ *
+ * Saving merges: under a lock on the file's directory, the file is
+ * read again, this process's entries replace those with the same key
+ * and the others are kept (another nbdkit's), and the result is
+ * written whole to a temporary file renamed over the old one, so that
+ * a reader never sees half of it.  Saved at exit, and when a
+ * connection closes if something new was learnt and the last save is
+ * SAVE_EVERY_NS old.  A file that is not a profile of this filter is
+ * never written (a warning, and the filter learns without it); a
+ * corrupt line is skipped with a warning, and left out of the next
+ * save; a profile of an older format is read as empty and rewritten.
  */
 
 #include <config.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <libgen.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 
 #include <nbdkit-filter.h>
 
@@ -33,91 +50,57 @@
 #include "profile.h"
 #include "tune.h"
 
-/* reshape-profile=FILE, NULL if not given. */
+#define MAGIC "nbdkit-reshape-filter profile "
+#define FORMAT 2
+#define SAVE_EVERY_NS (UINT64_C (5) * 1000 * 1000 * 1000)
+#define NAME_LEN 4096                   /* NBD's longest export name */
+
+struct entry {
+  uint64_t stack;
+  char name[NAME_LEN + 1];
+  struct geometry geo;
+  struct tune_learnt l;
+};
+
+struct entries {
+  struct entry *v;
+  size_t n;
+};
+
 static struct {
   pthread_mutex_t lock;                 /* one save at a time */
-  const char *file;
-} profile = { .lock = PTHREAD_MUTEX_INITIALIZER };
+  char *file;                           /* NULL: no profile */
+  bool foreign;                         /* never to be written */
+  uint64_t stack;                       /* this process's */
+  struct entries loaded;
+  unsigned saved_generation;
+  uint64_t saved_ns;
+} profile = {
+  .lock = PTHREAD_MUTEX_INITIALIZER,
+  .stack = UINT64_C (0xcbf29ce484222325),   /* FNV-1a's offset basis */
+};
 
-#define PROFILE_HEADER "nbdkit-reshape-filter profile 1"
-
-bool
-profile_fits (struct tune *t, const struct geometry *geo)
-{
-  if (t->exportsize == geo->exportsize && t->min == geo->min &&
-      t->max == geo->max)
-    return true;
-  nbdkit_error ("reshape-profile: warning: export '%s' is not what the "
-                "profile was made on (size %" PRIu64 ", minimum %" PRIu32
-                ", maximum %" PRIu32 " now; %" PRIu64 ", %" PRIu32 ", %"
-                PRIu32 " then): probing it again", t->name,
-                geo->exportsize, geo->min, geo->max, t->exportsize, t->min,
-                t->max);
-  memset (t->probe_ns, 0, sizeof t->probe_ns);
-  t->measured = t->fast = t->from_profile = false;
-  t->grain = 0;
-  t->lat_ns = t->ns_per_byte = 0;
-  t->sizes = (struct tune_sizes) { 0 };
-  return false;
-}
-
-/* t's line, if a probe measured it (or a profile told). */
 static void
-write_entry (struct tune *t, void *fpv)
+hash_bytes (uint64_t *h, const char *s, size_t len)
 {
-  FILE *fp = fpv;
-  const char *n;
-  unsigned c;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+  size_t i;
 
-  if (t->state != TUNE_KNOWN || !t->measured)
-    return;
-
-  fprintf (fp, "export ");
-  for (n = t->name; *n; n++)
-    fprintf (fp, "%02x", (unsigned char) *n);
-  if (*t->name == '\0')
-    fprintf (fp, "-");
-  fprintf (fp, " exportsize %" PRIu64 " min %" PRIu32 " max %" PRIu32
-           " fast %d grain %" PRIu32 " lat %.0f npb %.6f probe",
-           t->exportsize, t->min, t->max, t->fast, t->grain, t->lat_ns,
-           t->ns_per_byte);
-  for (c = 0; c < NCLASSES; c++)
-    if (t->probe_ns[c])
-      fprintf (fp, " %u:%.0f", c, t->probe_ns[c]);
-  fprintf (fp, "\n");
+  for (i = 0; i < len; i++) {
+    *h ^= (unsigned char) s[i];
+    *h *= UINT64_C (0x100000001b3);
+  }
 }
 
 void
-profile_save (void)
+profile_note_param (const char *key, const char *value)
 {
-  CLEANUP_FREE char *tmp = NULL;
-  FILE *fp;
-  bool ok;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&profile.lock);
-
-  if (profile.file == NULL)
-    return;
-  if (asprintf (&tmp, "%s.tmp.%ld", profile.file, (long) getpid ()) == -1)
-    tmp = NULL;                 /* undefined after a failure */
-  if (tmp == NULL || (fp = fopen (tmp, "w")) == NULL) {
-    nbdkit_error ("reshape-profile: warning: cannot write %s: %m",
-                  profile.file);
-    return;
-  }
-  fprintf (fp, "%s\n", PROFILE_HEADER);
-  tune_each (write_entry, fp);
-  ok = fflush (fp) == 0 && fsync (fileno (fp)) == 0;
-  if (fclose (fp) != 0 || !ok || rename (tmp, profile.file) == -1) {
-    nbdkit_error ("reshape-profile: warning: cannot write %s: %m",
-                  profile.file);
-    unlink (tmp);
-  }
+  hash_bytes (&profile.stack, key, strlen (key) + 1);
+  hash_bytes (&profile.stack, value, strlen (value) + 1);
 }
 
-/* Decode HEXNAME ("-": the empty name) into name (len bytes). */
+/* Decode HEXNAME ("-": the empty name) into name. */
 static bool
-unhex (const char *hex, char *name, size_t len)
+unhex (const char *hex, char *name)
 {
   size_t i, n = strlen (hex);
 
@@ -125,13 +108,13 @@ unhex (const char *hex, char *name, size_t len)
     *name = '\0';
     return true;
   }
-  if (n % 2 || n / 2 >= len)
+  if (n % 2 || n / 2 > NAME_LEN)
     return false;
   for (i = 0; i < n / 2; i++) {
     unsigned v;
-    if (sscanf (hex + 2 * i, "%2x", &v) != 1 || v == 0 ||
-        !strchr ("0123456789abcdef", hex[2 * i]) ||
-        !strchr ("0123456789abcdef", hex[2 * i + 1]))
+    if (!strchr ("0123456789abcdef", hex[2 * i]) ||
+        !strchr ("0123456789abcdef", hex[2 * i + 1]) ||
+        sscanf (hex + 2 * i, "%2x", &v) != 1 || v == 0)
       return false;
     name[i] = v;
   }
@@ -139,95 +122,142 @@ unhex (const char *hex, char *name, size_t len)
   return true;
 }
 
-/* One export line into t (not yet shared); false if it is not one. */
+/* One entry line into e; false if it is not one. */
 static bool
-parse_entry (char *line, char *name, size_t len, struct tune *t)
+parse_entry (const char *line, struct entry *e)
 {
-  char hex[2 * 4096 + 2], *p;
-  int fast, used = -1;          /* %n is not reached if " probe" is missing */
+  char hex[2 * NAME_LEN + 2];
+  int fast, queued, end = -1;
+  struct tune_learnt *l = &e->l;
 
-  if (sscanf (line, "export %8193s exportsize %" SCNu64 " min %" SCNu32
-              " max %" SCNu32 " fast %d grain %" SCNu32 " lat %lf npb %lf"
-              " probe%n", hex, &t->exportsize, &t->min, &t->max, &fast,
-              &t->grain, &t->lat_ns, &t->ns_per_byte, &used) != 8 ||
-      used < 0 ||
-      !unhex (hex, name, len) || t->exportsize == 0 ||
-      !is_power_of_2 (t->min) || t->min > 64 * 1024 || t->max < t->min ||
-      (fast != 0 && fast != 1) ||
-      (!fast && (!is_power_of_2 (t->grain) || t->grain < 4096 ||
-                 t->grain > PROBE_MAX)) ||
-      !(t->lat_ns >= 0 && t->lat_ns < 1e11) ||
-      !(t->ns_per_byte >= 0 && t->ns_per_byte < 1e6))
+  if (sscanf (line, "entry %" SCNx64 " %8193s size %" SCNu64 " min %"
+              SCNu32 " max %" SCNu32 " fast %d queued %d grain %" SCNu32
+              " flat %lf lat %lf npb %lf%n", &e->stack, hex,
+              &e->geo.exportsize, &e->geo.min, &e->geo.max, &fast, &queued,
+              &l->grain, &l->flat_ns, &l->lat_ns, &l->ns_per_byte,
+              &end) != 11 || end < 0 ||
+      (line[end] != '\n' && line[end] != '\0') ||
+      !unhex (hex, e->name) || e->geo.exportsize == 0 ||
+      !is_power_of_2 (e->geo.min) || e->geo.max < e->geo.min ||
+      (fast != 0 && fast != 1) || (queued != 0 && queued != 1) ||
+      (!fast && (!is_power_of_2 (l->grain) || l->grain < 4096)) ||
+      !(l->flat_ns >= 0 && l->flat_ns < 1e11) ||
+      !(l->lat_ns >= 0 && l->lat_ns < 1e11) ||
+      !(l->ns_per_byte >= 0 && l->ns_per_byte < 1e6))
     return false;
-  t->fast = fast;
-  for (p = line + used; *p && *p != '\n'; ) {
-    unsigned c;
-    double ns;
-    int n;
-    if (sscanf (p, " %u:%lf%n", &c, &ns, &n) != 2 || c >= NCLASSES ||
-        !(ns > 0 && ns < 1e11))
-      return false;
-    t->probe_ns[c] = ns;
-    p += n;
-  }
-  return t->fast || t->probe_ns[class_of (t->grain)] > 0;
+  l->fast = fast;
+  l->queued = queued;
+  return true;
 }
 
-/* Read the whole file; false (nothing taken) if any line is wrong. */
-static bool
-load (FILE *fp, const char *file)
+static void
+write_entry (FILE *fp, const struct entry *e)
 {
-  struct entry { char name[4097]; struct tune t; } *e = NULL;
-  CLEANUP_FREE char *line = NULL;
-  size_t cap = 0, n = 0, i;
-  unsigned lineno = 1;
-  ssize_t r;
+  const char *n;
 
-  if ((r = getline (&line, &cap, fp)) == -1)
+  fprintf (fp, "entry %016" PRIx64 " ", e->stack);
+  for (n = e->name; *n; n++)
+    fprintf (fp, "%02x", (unsigned char) *n);
+  if (*e->name == '\0')
+    fprintf (fp, "-");
+  fprintf (fp, " size %" PRIu64 " min %" PRIu32 " max %" PRIu32
+           " fast %d queued %d grain %" PRIu32 " flat %.0f lat %.0f"
+           " npb %.6f\n", e->geo.exportsize, e->geo.min, e->geo.max,
+           e->l.fast, e->l.queued, e->l.grain, e->l.flat_ns, e->l.lat_ns,
+           e->l.ns_per_byte);
+}
+
+static bool
+same_key (const struct entry *a, const struct entry *b)
+{
+  return a->stack == b->stack && strcmp (a->name, b->name) == 0 &&
+    a->geo.exportsize == b->geo.exportsize && a->geo.min == b->geo.min &&
+    a->geo.max == b->geo.max;
+}
+
+/* Add e, or replace the entry with its key. */
+static int
+put_entry (struct entries *es, const struct entry *e)
+{
+  struct entry *nv;
+  size_t i;
+
+  for (i = 0; i < es->n; i++)
+    if (same_key (&es->v[i], e)) {
+      es->v[i] = *e;
+      return 0;
+    }
+  nv = realloc (es->v, (es->n + 1) * sizeof *nv);
+  if (nv == NULL)
+    return -1;
+  es->v = nv;
+  es->v[es->n++] = *e;
+  return 0;
+}
+
+/* Read fp's entries into es.  false if fp is not a profile of this
+ * filter.  Corrupt lines are skipped with a warning.
+ */
+static bool
+read_entries (FILE *fp, const char *file, struct entries *es)
+{
+  CLEANUP_FREE char *line = NULL;
+  size_t cap = 0;
+  unsigned lineno = 1;
+  int version;
+  struct entry e;
+
+  if (getline (&line, &cap, fp) == -1)
     return true;                        /* empty: nothing learnt yet */
-  if (strcmp (line, PROFILE_HEADER "\n") != 0) {
-    nbdkit_error ("reshape-profile: warning: %s is not a profile of this "
-                  "filter; ignored, and left as it is (nothing learnt "
-                  "will be kept)", file);
-    profile.file = NULL;
+  if (strncmp (line, MAGIC, strlen (MAGIC)) != 0 ||
+      sscanf (line + strlen (MAGIC), "%d", &version) != 1)
     return false;
-  }
-  while ((r = getline (&line, &cap, fp)) != -1) {
-    struct entry *ne = realloc (e, (n + 1) * sizeof *e);
+  if (version != FORMAT)
+    return true;                        /* an older filter's: rewritten */
+  while (getline (&line, &cap, fp) != -1) {
     lineno++;
-    if (ne == NULL) {
-      free (e);
-      return false;
-    }
-    e = ne;
-    memset (&e[n], 0, sizeof e[n]);
-    if (!parse_entry (line, e[n].name, sizeof e[n].name, &e[n].t)) {
-      nbdkit_error ("reshape-profile: warning: %s line %u is corrupt; "
-                    "the profile is ignored", file, lineno);
-      free (e);
-      return false;
-    }
-    n++;
+    memset (&e, 0, sizeof e);
+    if (!parse_entry (line, &e))
+      nbdkit_error ("reshape-profile: warning: %s line %u is corrupt: "
+                    "skipped", file, lineno);
+    else if (put_entry (es, &e) == -1)
+      return true;
   }
-  for (i = 0; i < n; i++) {
-    struct tune *t = tune_get (e[i].name);
-    if (t == NULL)
-      break;
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
-    t->exportsize = e[i].t.exportsize;
-    t->min = e[i].t.min;
-    t->max = e[i].t.max;
-    t->fast = e[i].t.fast;
-    t->grain = e[i].t.grain;
-    t->lat_ns = e[i].t.lat_ns;
-    t->ns_per_byte = e[i].t.ns_per_byte;
-    memcpy (t->probe_ns, e[i].t.probe_ns, sizeof t->probe_ns);
-    t->measured = t->from_profile = true;
-    t->state = TUNE_KNOWN;
-    tune_choose_sizes (t);
-  }
-  free (e);
   return true;
+}
+
+/* Can file be a profile?  -1 with the error reported if not. */
+static int
+check_file (const char *file)
+{
+  CLEANUP_FREE char *copy = strdup (file);
+  struct stat st;
+
+  if (copy == NULL) {
+    nbdkit_error ("reshape-profile: %m");
+    return -1;
+  }
+  if (stat (file, &st) == 0) {
+    if (!S_ISREG (st.st_mode)) {
+      nbdkit_error ("reshape-profile: %s is not a regular file", file);
+      return -1;
+    }
+    if (access (file, R_OK | W_OK) == -1) {
+      nbdkit_error ("reshape-profile: cannot read and write %s: %m", file);
+      return -1;
+    }
+  }
+  else if (errno != ENOENT) {
+    nbdkit_error ("reshape-profile: %s: %m", file);
+    return -1;
+  }
+  /* Saved by a rename in its directory. */
+  if (access (dirname (copy), W_OK | X_OK) == -1) {
+    nbdkit_error ("reshape-profile: cannot write in the directory of "
+                  "%s: %m", file);
+    return -1;
+  }
+  return 0;
 }
 
 int
@@ -235,15 +265,136 @@ profile_load (const char *file)
 {
   FILE *fp;
 
-  profile.file = file;
-  fp = fopen (file, "r");
-  if (fp == NULL) {
-    if (errno == ENOENT)
-      return 0;                         /* made at the first probe */
-    nbdkit_error ("reshape-profile: %s: %m", file);
+  if (check_file (file) == -1)
+    return -1;
+  profile.file = strdup (file);
+  if (profile.file == NULL) {
+    nbdkit_error ("reshape-profile: %m");
     return -1;
   }
-  load (fp, file);
+  fp = fopen (file, "r");
+  if (fp == NULL)
+    return 0;                           /* made at the first save */
+  if (!read_entries (fp, file, &profile.loaded)) {
+    nbdkit_error ("reshape-profile: warning: %s is not a profile of "
+                  "this filter: it is left as it is, and nothing "
+                  "learnt is kept", file);
+    profile.foreign = true;
+  }
   fclose (fp);
   return 0;
+}
+
+void
+profile_apply (struct tune *t, const struct geometry *geo)
+{
+  struct entry want = { .stack = profile.stack, .geo = *geo };
+  size_t i;
+
+  if (profile.file == NULL || strlen (tune_name (t)) > NAME_LEN)
+    return;
+  strcpy (want.name, tune_name (t));
+  for (i = 0; i < profile.loaded.n; i++)
+    if (same_key (&profile.loaded.v[i], &want)) {
+      tune_teach (t, &profile.loaded.v[i].l);
+      return;
+    }
+}
+
+/* Add t's learning, if any, to the entries (opaque). */
+static void
+merge_one (struct tune *t, void *opaque)
+{
+  struct entry e = { .stack = profile.stack };
+
+  if (strlen (tune_name (t)) > NAME_LEN || !tune_learnt (t, &e.geo, &e.l))
+    return;
+  strcpy (e.name, tune_name (t));
+  put_entry (opaque, &e);
+}
+
+/* Write es to the file, atomically.  Directory lock held. */
+static bool
+write_file (const struct entries *es)
+{
+  CLEANUP_FREE char *tmp = NULL;
+  FILE *fp;
+  size_t i;
+  bool ok;
+
+  if (asprintf (&tmp, "%s.tmp.%ld", profile.file, (long) getpid ()) == -1)
+    tmp = NULL;                         /* undefined after a failure */
+  if (tmp == NULL || (fp = fopen (tmp, "w")) == NULL)
+    return false;
+  fprintf (fp, MAGIC "%d\n", FORMAT);
+  for (i = 0; i < es->n; i++)
+    write_entry (fp, &es->v[i]);
+  ok = fflush (fp) == 0 && fsync (fileno (fp)) == 0;
+  if (fclose (fp) != 0 || !ok || rename (tmp, profile.file) == -1) {
+    unlink (tmp);
+    return false;
+  }
+  return true;
+}
+
+/* Merge and write, under a lock on the directory: other nbdkits may
+ * save to the same file.  Profile lock held.
+ */
+static void
+merge_and_write (void)
+{
+  CLEANUP_FREE char *copy = strdup (profile.file);
+  struct entries es = { NULL, 0 };
+  int dirfd = copy ? open (dirname (copy), O_RDONLY | O_DIRECTORY) : -1;
+  FILE *fp;
+  bool ok = false;
+
+  if (dirfd == -1 || flock (dirfd, LOCK_EX) == -1)
+    goto out;
+  fp = fopen (profile.file, "r");
+  if (fp) {
+    profile.foreign = !read_entries (fp, profile.file, &es);
+    fclose (fp);
+  }
+  if (profile.foreign) {                /* replaced by something else */
+    nbdkit_error ("reshape-profile: warning: %s is no longer a profile "
+                  "of this filter: not saved", profile.file);
+    ok = true;
+    goto out;
+  }
+  tune_each (merge_one, &es);
+  ok = write_file (&es);
+ out:
+  if (!ok)
+    nbdkit_error ("reshape-profile: warning: cannot save %s: %m",
+                  profile.file);
+  if (dirfd >= 0)
+    close (dirfd);                      /* and the lock with it */
+  free (es.v);
+}
+
+void
+profile_save (bool at_exit)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&profile.lock);
+  const unsigned generation = tune_generation ();
+
+  if (profile.file == NULL || profile.foreign ||
+      generation == profile.saved_generation)
+    return;
+  if (!at_exit && profile.saved_ns &&
+      now_ns () - profile.saved_ns < SAVE_EVERY_NS)
+    return;
+  merge_and_write ();
+  profile.saved_generation = generation;
+  profile.saved_ns = now_ns ();
+}
+
+void
+profile_free (void)
+{
+  free (profile.file);
+  free (profile.loaded.v);
+  profile.file = NULL;
+  profile.loaded = (struct entries) { NULL, 0 };
 }

@@ -2,29 +2,39 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * reshape-profile=FILE (see profile.c).
+ * reshape-profile=FILE: what reshape-size=auto learnt, kept across
+ * restarts (see profile.c).  Nothing of it runs without the parameter.
  */
 
 #ifndef NBDKIT_RESHAPE_PROFILE_H
 #define NBDKIT_RESHAPE_PROFILE_H
 
-#include <stdbool.h>
-
 #include "tune.h"
 #include "walk.h"
 
-/* What was learnt of each export, kept across restarts.  profile_load
- * reads it at start-up (a missing file is made later; a corrupt or
- * foreign one is ignored with a warning); -1 only if it cannot be read
- * at all.  profile_save writes it (atomically) after every probe and
- * at exit; nothing without reshape-profile.
+/* A parameter nbdkit passed through the filter, to the plugin or a
+ * filter below it: what identifies the stack a profile was learnt on.
+ */
+extern void profile_note_param (const char *key, const char *value);
+
+/* At start-up: -1 with the error reported if file cannot be a profile
+ * (a directory, a file or directory that cannot be written); else its
+ * entries are read (a missing file is made at the first save; a
+ * foreign or corrupt one is warned of, see profile.c).
  */
 extern int profile_load (const char *file);
-extern void profile_save (void);
 
-/* Does what a profile said of t hold for this geometry?  If not, t is
- * reset to be probed (with a warning).  t's lock held.
+/* A connection to t's export settled its geometry (tune_connect): if
+ * nothing is learnt yet, what the profile kept of this export on this
+ * stack and geometry is.
  */
-extern bool profile_fits (struct tune *t, const struct geometry *geo);
+extern void profile_apply (struct tune *t, const struct geometry *geo);
+
+/* Save what was learnt since the last save: at_exit, or when the last
+ * save is a few seconds old (a connection closing).
+ */
+extern void profile_save (bool at_exit);
+
+extern void profile_free (void);
 
 #endif /* NBDKIT_RESHAPE_PROFILE_H */

@@ -28,12 +28,20 @@
  * small read in a stream that no window serves fetches the aligned
  * grain that holds it; a stream that goes on fetches twice as many
  * grains each time, up to reshape-readahead (or one grain, if that is
- * larger), and one that keeps
- * several reads in flight has its next grains fetched before it
- * reaches them.  A fetch is claimed and begun in the cache at once, so
- * that the stream's other reads wait for it rather than fetch again;
- * a read the stream's fetches did not keep fetches its own grain.  A
- * fetch that fails costs the client's read nothing: it is read alone.
+ * larger), and one that keeps several reads in flight has its next
+ * grains fetched before it reaches them, never more than one such run
+ * past the read that fetches it.  A fetch is claimed and begun in the
+ * cache at once, so that the stream's other reads wait for it rather
+ * than fetch again; a read the stream's fetches did not keep fetches
+ * its own grain.  A fetch that fails costs the client's read nothing:
+ * it is read alone.  While the export is being learnt, the stream's
+ * misses are its samples instead (tune_stream_fetch): each either goes
+ * to the plugin as it is, or fetches one aligned block of the size
+ * being tried.
+ *
+ * Every fill is charged to the export's budget for the bytes its
+ * client did not ask for (cache.c); a fill over budget is not made,
+ * and the read goes to the plugin as it is.
  *
  * Whether readahead runs at all (reshape-readahead, write-back without
  * multi-conn) is reshape.c's decision.
@@ -128,14 +136,16 @@ next_window (struct readahead *ra, const struct geometry *geo,
     ra->alone = 0, ra->deep = true;
   else if (ra->alone < ALONE_RUN)
     ra->alone++;
-  /* A pipelining stream fetched by grains has them fetched ahead of
-   * it (ahead_due); reads served from the cache come one at a time
-   * and would look alone.
+  /* A stream that ever had reads in flight together is a pipelining
+   * one for good: once the cache serves it (grains, the learning's
+   * blocks), its reads come and go one at a time and would look
+   * alone.
    */
   if (offset != ra->next)
     ra->latency = UINT64_MAX;           /* a new stream: time it anew */
-  else if (ra->alone >= ALONE_RUN && ra->latency != UINT64_MAX &&
-           ra->latency >= PLUGIN_SLOW_NS && !(ra->deep && ra->ahead_hi)) {
+  else if (count < geo->size &&
+           ra->alone >= ALONE_RUN && ra->latency != UINT64_MAX &&
+           ra->latency >= PLUGIN_SLOW_NS && !ra->deep) {
     w = ra->window ? ra->window * 2 : geo->size;
     if (w > cap)
       w = cap;
@@ -203,16 +213,22 @@ direct (const struct down *down, void *buf, uint32_t count,
 
 /* Read [f->lo, f->hi), a fill begun in the cache, into it, then serve
  * the client's read (buf; NULL: nobody waits for it, it is fetched
- * ahead).
+ * ahead).  *took (if not NULL): the time of the plugin read of the
+ * fill, 0 if it was not made or failed.
  */
 static int
 fill_begun (struct readahead *ra, struct cache *cache, const struct io *io,
             const struct down *down, struct cache_fill *f,
-            void *buf, uint32_t count, uint64_t offset, int *err)
+            void *buf, uint32_t count, uint64_t offset, uint64_t *took,
+            int *err)
 {
   const uint32_t len = f->hi - f->lo;
   char *data = NULL;
+  uint64_t start;
   int r;
+
+  if (took)
+    *took = 0;
 
   /* Staged writes in the window go first.  Where some stay staged
    * (held by a request, or refused by the plugin), the window would
@@ -227,7 +243,15 @@ fill_begun (struct readahead *ra, struct cache *cache, const struct io *io,
     run_lost (ra, f);
     return direct (down, buf, count, offset, err);
   }
+  /* A sample times the plugin, not the first touch of fresh memory
+   * (a new pool buffer faults its pages in as the plugin writes them).
+   */
+  if (took)
+    memset (data, 0, len);
+  start = now_ns ();
   r = split_pread_as (io, data, len, f->lo, true, err);
+  if (r == 0 && took)
+    *took = now_ns () - start;
   if (r == 0) {
     if (buf)
       memcpy (buf, data + (offset - f->lo), count);
@@ -255,8 +279,10 @@ fill (struct readahead *ra, struct cache *cache, const struct io *io,
 {
   struct cache_fill f;
 
-  cache_fill_begin (cache, &f, lo, hi);
-  return fill_begun (ra, cache, io, down, &f, buf, count, offset, err);
+  if (!cache_fill_begin (cache, &f, lo, hi, offset + count))
+    return direct (down, buf, count, offset, err);
+  return fill_begun (ra, cache, io, down, &f, buf, count, offset, NULL,
+                     err);
 }
 
 /* The window [offset, offset+window) from the grain holding offset
@@ -304,30 +330,45 @@ run_cap (const struct io *io, uint32_t grain)
 }
 
 /* The stream's next fetch after its last, up to need at least: twice
- * as many grains as the last, up to run_cap, clipped at the end of
- * the export; recorded as the stream's last fetch and begun in the
- * cache (f), so that the stream's reads that find it claimed find it
- * there to wait for.  Lock held.
+ * as many grains as the last, up to run_cap, but ending no further
+ * than one run_cap past the read at offset (one window per stream),
+ * clipped at the end of the export; recorded as the stream's last
+ * fetch and begun in the cache (f) for the read [offset, offset+count)
+ * (count 0: a fetch ahead, nobody asked), so that the stream's reads
+ * that find it claimed find it there to wait for.  False if there is
+ * nothing to fetch, or the budget refuses it (the stream's runs then
+ * start again).  Lock held.
  */
-static void
+static bool
 claim_after (struct readahead *ra, struct cache *cache,
              const struct io *io, uint32_t grain, uint64_t need,
-             struct cache_fill *f)
+             uint64_t offset, uint32_t count, struct cache_fill *f)
 {
   const uint64_t last = ra->ahead_hi - ra->ahead_lo;
   const uint64_t lo = ra->ahead_hi;
+  const uint64_t cap = run_cap (io, grain);
+  const uint64_t reach = round_down (offset, grain) + cap;
   /* Whole grains (run_lost halves a run of any length): a run ending
    * inside a grain would split it between two fetches, each paying
    * for all of it.
    */
   uint64_t len = min_u64 (max_u64 (round_down (2 * last, grain), grain),
-                          run_cap (io, grain));
+                          cap);
 
+  if (lo + len > reach)
+    len = reach > lo ? round_down (reach - lo, grain) : 0;
   if (need > lo)
     len = max_u64 (len, need - lo);
+  if (len == 0 || lo >= io->geo->exportsize)
+    return false;
   ra->ahead_lo = lo;
   ra->ahead_hi = min_u64 (lo + len, io->geo->exportsize);
-  cache_fill_begin (cache, f, ra->ahead_lo, ra->ahead_hi);
+  if (!cache_fill_begin (cache, f, ra->ahead_lo, ra->ahead_hi,
+                         offset + count)) {
+    ra->ahead_lo = ra->ahead_hi = 0;
+    return false;
+  }
+  return true;
 }
 
 /* What a small read in a stream that missed the cache does about
@@ -360,14 +401,14 @@ grain_plan (struct readahead *ra, struct cache *cache, const struct io *io,
   if (offset + count > lo + grain)      /* across two grains */
     return GRAIN_NONE;
   if (lo >= ra->ahead_hi && ra->ahead_hi > ra->ahead_lo &&
-      hi - ra->ahead_hi <= run_cap (io, grain)) {
-    claim_after (ra, cache, io, grain, hi, f);
-    return GRAIN_RUN;
-  }
+      hi - ra->ahead_hi <= run_cap (io, grain))
+    return claim_after (ra, cache, io, grain, hi, offset, count, f) ?
+      GRAIN_RUN : GRAIN_NONE;
   if (lo >= ra->ahead_hi) {             /* a new run starts here */
+    if (!cache_fill_begin (cache, f, lo, hi, offset + count))
+      return GRAIN_NONE;
     ra->ahead_lo = lo;
     ra->ahead_hi = hi;
-    cache_fill_begin (cache, f, lo, hi);
     return GRAIN_RUN;
   }
   /* Within or behind the stream's runs: a read racing the run that
@@ -404,8 +445,7 @@ ahead_due (struct readahead *ra, struct cache *cache, const struct io *io,
   if (offset < ra->ahead_lo || offset >= ra->ahead_hi ||
       offset + count <= ra->ahead_lo + (ra->ahead_hi - ra->ahead_lo) / 2)
     return false;
-  claim_after (ra, cache, io, grain, 0, f);
-  return true;
+  return claim_after (ra, cache, io, grain, 0, offset, 0, f);
 }
 
 /* A fill in progress that holds the read (the stream's own, or another
@@ -425,6 +465,36 @@ read_after_fill (struct cache *cache, bool held,
   return true;
 }
 
+/* Fetch the block [f->lo, f->hi) for a read within it, unless a fill
+ * in progress holds the read (then that is waited for; a few times at
+ * most, if writes keep making what they fetch stale); read alone if
+ * the budget refuses it.
+ */
+static int
+block_read (struct readahead *ra, struct cache *cache, const struct io *io,
+            const struct down *down, struct cache_fill *f,
+            void *buf, uint32_t count, uint64_t offset, int *err)
+{
+  unsigned tries;
+
+  for (tries = 0; tries < 3; tries++) {
+    switch (cache_fill_begin_unless (cache, f, f->lo, f->hi,
+                                     offset, offset + count)) {
+    case 1:
+      stats_add (C_RA_GRAINS, 1);
+      return fill_begun (ra, cache, io, down, f, buf, count, offset, NULL,
+                         err);
+    case 0:
+      if (read_after_fill (cache, true, buf, count, offset))
+        return 0;
+      break;
+    default:
+      return down->pread (down->opaque, buf, count, offset, err);
+    }
+  }
+  return down->pread (down->opaque, buf, count, offset, err);
+}
+
 /* A small read in a stream, by grains (grain_plan). */
 static int
 grain_read (struct readahead *ra, struct cache *cache, const struct io *io,
@@ -432,7 +502,6 @@ grain_read (struct readahead *ra, struct cache *cache, const struct io *io,
             void *buf, uint32_t count, uint64_t offset, int *err)
 {
   struct cache_fill f;
-  unsigned tries;
 
   if (read_after_fill (cache, false, buf, count, offset))
     return 0;
@@ -441,23 +510,69 @@ grain_read (struct readahead *ra, struct cache *cache, const struct io *io,
     break;
   case GRAIN_RUN:
     stats_add (C_RA_GRAINS, 1);
-    return fill_begun (ra, cache, io, down, &f, buf, count, offset, err);
+    return fill_begun (ra, cache, io, down, &f, buf, count, offset, NULL,
+                     err);
   case GRAIN_ALONE:
     /* A fill begun since is waited for; a few times at most, if
      * writes keep making what they fetch stale.
      */
-    for (tries = 0; tries < 3; tries++) {
-      if (cache_fill_begin_unless (cache, &f, f.lo, f.hi,
-                                   offset, offset + count)) {
-        stats_add (C_RA_GRAINS, 1);
-        return fill_begun (ra, cache, io, down, &f, buf, count, offset, err);
-      }
-      if (read_after_fill (cache, true, buf, count, offset))
-        return 0;
-    }
-    break;
+    return block_read (ra, cache, io, down, &f, buf, count, offset, err);
   }
   return down->pread (down->opaque, buf, count, offset, err);
+}
+
+/* How a read of count bytes in a stream is served when it misses the
+ * cache (tune_stream_fetch), if the block it is to be fetched in is
+ * whole blocks that the pool can lend and the plugin take in one call;
+ * else f->size is 0: read it as it is.
+ */
+static void
+stream_fetch (const struct io *io, uint32_t count, struct tune_fetch *f)
+{
+  const struct geometry *geo = io->geo;
+  const uint64_t cap = min_u64 (min_u64 (pool_largest (POOL_REQUEST),
+                                         geo->max), geo->exportsize);
+
+  *f = (struct tune_fetch) { .size = 0 };
+  if (io->tune == NULL)
+    return;
+  tune_stream_fetch (io->tune, count, cap, f);
+  if (f->size && (f->size % geo->min || f->size > cap)) {
+    tune_sample_done (io->tune, f, 0);
+    f->rung = 0;
+    f->size = 0;
+  }
+}
+
+/* The aligned block of f->size bytes holding the read, fetched alone
+ * (one plugin call: the learning's), if it holds all of the read and
+ * no fill in progress does; timed if it is a sample.
+ */
+static int
+block_alone (struct readahead *ra, struct cache *cache, const struct io *io,
+             const struct down *down, const struct tune_fetch *tf,
+             void *buf, uint32_t count, uint64_t offset, int *err)
+{
+  struct cache_fill f;
+  uint64_t took = 0;
+  int r;
+
+  f.lo = round_down (offset, tf->size);
+  f.hi = min_u64 (f.lo + tf->size, io->geo->exportsize);
+  if (offset + count <= f.hi &&
+      cache_fill_begin_unless (cache, &f, f.lo, f.hi,
+                               offset, offset + count) == 1) {
+    stats_add (C_RA_GRAINS, 1);
+    r = fill_begun (ra, cache, io, down, &f, buf, count, offset,
+                    tf->rung ? &took : NULL, err);
+  }
+  else if (read_after_fill (cache, false, buf, count, offset))
+    r = 0;
+  else
+    r = down->pread (down->opaque, buf, count, offset, err);
+  if (tf->rung)
+    tune_sample_done (io->tune, tf, took);
+  return r;
 }
 
 int
@@ -469,15 +584,16 @@ readahead_pread (struct readahead *ra, struct cache *cache,
   uint32_t window;
   uint64_t took = 0;                    /* a direct read's time */
   uint64_t lo, hi;
-  uint32_t grain;
+  struct tune_fetch tf = { .size = 0 };
   bool near;
   int r;
 
   ahead->due = false;
   /* Requests of the optimal size or larger are already what the plugin
-   * wants: no copy through the cache for them.
+   * wants: no copy through the cache for them (reshape-size=SIZE; auto
+   * learns what that size is from them too).
    */
-  if (count >= io->geo->size)
+  if (count >= io->geo->size && io->tune == NULL)
     return down->pread (down->opaque, buf, count, offset, err);
   window = next_window (ra, io->geo, offset, count, &near);
   if (cache_read (cache, offset, count, buf)) {
@@ -490,14 +606,20 @@ readahead_pread (struct readahead *ra, struct cache *cache,
     window_range (io, window, count, offset, &lo, &hi);
     r = fill (ra, cache, io, down, lo, hi, buf, count, offset, err);
   }
-  else if (near && (grain = stream_grain (io, count)) != 0)
-    r = grain_read (ra, cache, io, down, grain, buf, count, offset, err);
+  else if (near && read_after_fill (cache, false, buf, count, offset))
+    r = 0;                              /* a fill in progress held it */
+  else if (near && (stream_fetch (io, count, &tf), tf.size))
+    r = tf.alone ?
+      block_alone (ra, cache, io, down, &tf, buf, count, offset, err) :
+      grain_read (ra, cache, io, down, tf.size, buf, count, offset, err);
   else {
     const uint64_t start = now_ns ();
 
     r = down->pread (down->opaque, buf, count, offset, err);
     if (r == 0)
       took = now_ns () - start;
+    if (tf.rung)                        /* the base of a learning pair */
+      tune_sample_done (io->tune, &tf, took);
   }
   read_done (ra, took);
   return r;
@@ -514,5 +636,5 @@ readahead_fetch_ahead (struct readahead *ra, struct cache *cache,
     return;
   stats_add (C_RA_GRAINS, 1);
   stats_add (C_RA_AHEAD, 1);
-  fill_begun (ra, cache, io, down, &ahead->f, NULL, 0, 0, &ignored);
+  fill_begun (ra, cache, io, down, &ahead->f, NULL, 0, 0, NULL, &ignored);
 }

@@ -39,7 +39,6 @@
 #include "export.h"
 #include "merge.h"
 #include "pool.h"
-#include "probe.h"
 #include "profile.h"
 #include "readahead.h"
 #include "sockbuf.h"
@@ -77,8 +76,10 @@ static void
 call_init (struct call *c, nbdkit_next *next, struct handle *h)
 {
   c->h = h;
+  /* reshape-size=SIZE: nothing to learn, nothing timed. */
   c->io = (struct io) { .next = next, .geo = &h->geo, .split = &h->split,
-                        .tune = h->exp->tune };
+                        .tune = reshape_cfg.size ? NULL : h->exp->tune,
+                        .cut = h->exp->cut };
 }
 
 /* Twice in one stack, the copies would share one set of globals (and
@@ -95,10 +96,9 @@ reshape_load (void)
 static void
 reshape_unload (void)
 {
-  probe_stop_all ();
-  if (reshape_cfg.profile_file)
-    profile_save ();
+  profile_save (true);
   stats_report (reshape_cfg.stats_file, tune_report);
+  profile_free ();
   tune_free_all ();
   pool_free_all ();
   params_free ();
@@ -114,6 +114,7 @@ reshape_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
     return -1;
   if (r == 1)
     return 0;
+  profile_note_param (key, value);
   return next (nxdata, key, value);
 }
 
@@ -152,17 +153,12 @@ reshape_after_fork (nbdkit_backend *nxdata)
   return workers_start (reshape_cfg.parallel - 1);
 }
 
-/* Probes beside the connections stop here, not only in unload: nbdkit
- * frees the plugin before it unloads the filter, and a probe whose
- * connection never closed (a handshake that failed while nbdkit was
- * quitting: nbdkit then skips .close) would read through an unloaded
- * plugin.  nbdkit runs .cleanup, filter first, once every connection
- * has ended and before it frees anything.
+/* nbdkit runs .cleanup, filter first, once every connection has
+ * ended and before it frees anything.
  */
 static void
 reshape_cleanup (nbdkit_backend *nxdata)
 {
-  probe_stop_all ();
   workers_stop ();
 }
 
@@ -194,7 +190,6 @@ reshape_close (void *handle)
 {
   struct handle *h = handle;
 
-  probe_release (h->exp->tune, h);       /* done at finalize if called */
   if (h->cache && h->cache != h->exp->cache)
     cache_free (h->cache);
   readahead_destroy (&h->ra);
@@ -227,7 +222,7 @@ conn_cache (struct handle *h)
 {
   if (!readahead_on (h))
     return 0;
-  h->cache = h->multi_conn ? h->exp->cache : cache_new ();
+  h->cache = h->multi_conn ? h->exp->cache : cache_new (&h->exp->budget);
   if (h->cache == NULL) {
     nbdkit_error ("reshape: cache: %m");
     return -1;
@@ -252,13 +247,13 @@ reshape_prepare (nbdkit_next *next, void *handle, int readonly)
     return -1;
   if (params_limits (next, &h->geo, &ppref) == -1)
     return -1;
-  /* reshape-size=auto: learnt from the plugin before the client is
-   * told its preferred size (a plugin too slow for that is probed
-   * beside this connection, which starts with the static sizes).
+  /* reshape-size=auto: what earlier connections taught (or a profile
+   * kept); nothing is read from the plugin here.
    */
   if (reshape_cfg.size == 0) {
-    probe_start (h->exp->tune, next, &h->geo, h);
-    tune_start_sizes (h->exp->tune, &learnt);
+    tune_connect (h->exp->tune, &h->geo);
+    profile_apply (h->exp->tune, &h->geo);
+    tune_sizes (h->exp->tune, &learnt);
   }
   params_sizes (&h->geo, ppref, learnt.unit, learnt.preferred,
                 &h->preferred);
@@ -276,10 +271,18 @@ reshape_finalize (nbdkit_next *next, void *handle)
   struct call c;
 
   call_init (&c, next, handle);
-  /* A probe reading through this connection's next stops first. */
-  probe_release (c.h->exp->tune, c.h);
   writeback_close (&c.h->wb, &c.io);
+  profile_save (false);
   return 0;
+}
+
+/* The export rounded down to whole minimum blocks (params_limits). */
+static int64_t
+reshape_get_size (nbdkit_next *next, void *handle)
+{
+  struct handle *h = handle;
+
+  return h->geo.exportsize;
 }
 
 /* Clients may send any size and alignment (the filter aligns for the
@@ -352,6 +355,7 @@ reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
   int r;
 
   stats_client (OP_PREAD, count);
+  budget_client (&h->exp->budget, count);
   sockbuf_reply (&h->sb, count);
   call_init (&c, next, h);
   down_init (&d, &c);
@@ -504,6 +508,7 @@ static struct nbdkit_filter filter = {
   .close             = reshape_close,
   .prepare           = reshape_prepare,
   .finalize          = reshape_finalize,
+  .get_size          = reshape_get_size,
   .block_size        = reshape_block_size,
   .pread             = reshape_pread,
   .pwrite            = reshape_pwrite,

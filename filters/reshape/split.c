@@ -4,7 +4,8 @@
  *
  * Client requests become plugin requests here.  Every read, write,
  * zero, trim, cache, extents and flush request the plugin gets comes
- * through this file, counted in flight for the probe (probe.c).  Each
+ * through this file; with reshape-size=auto its data reads and writes
+ * are timed for tune.c.  Each
  * operation walks its range (walk.c) and runs one small function per
  * piece.  Data pieces read into or write from slices of the client's
  * buffer directly; only partial blocks go through bounce buffers from
@@ -136,22 +137,6 @@ rmw_write (const struct io *io, const struct piece *p, const void *src,
   return r;
 }
 
-/* fn, counted in flight while it runs (its plugin calls, and the
- * bounce buffer it may wait for first): a probe's read made meanwhile
- * may have waited behind them (probe.c).
- */
-static int
-call_piece (const struct op *o, const struct piece *p, piece_fn fn,
-            int *err)
-{
-  int r;
-
-  tune_plugin_begin ();
-  r = fn (o, p, err);
-  tune_plugin_end ();
-  return r;
-}
-
 /* One piece, under its block-range lock for writes (see the top). */
 static int
 run_piece (const struct op *o, const struct piece *p, piece_fn fn, int *err)
@@ -160,11 +145,11 @@ run_piece (const struct op *o, const struct piece *p, piece_fn fn, int *err)
   int r;
 
   if (!o->write || o->io->geo->min == 1)   /* no partial blocks ever */
-    return call_piece (o, p, fn, err);
+    return fn (o, p, err);
   if (rangelock_acquire (&locks, &e, p->blk_offset,
                          p->blk_offset + p->blk_count, p->partial))
     stats_add (C_LOCK_WAITS, 1);
-  r = call_piece (o, p, fn, err);
+  r = fn (o, p, err);
   rangelock_release (&locks, &e);
   return r;
 }
@@ -355,13 +340,8 @@ flush_for_fua (nbdkit_next *next, int *err)
 int
 split_flush (nbdkit_next *next, uint32_t flags, int *err)
 {
-  int r;
-
   stats_plugin (OP_FLUSH, 0);
-  tune_plugin_begin ();
-  r = next->flush (next, flags, err);
-  tune_plugin_end ();
-  return r;
+  return next->flush (next, flags, err);
 }
 
 /* A write-like request: walk with locks, then the FUA flush. */
@@ -401,14 +381,16 @@ data_step (struct op *o, uint64_t count, struct cut_choice *c)
   uint32_t step;
 
   c->cls = -1;
-  if (reshape_cfg.size || o->io->tune == NULL)
+  if (o->io->tune == NULL)
     return o->io->geo->size;
   o->timed = true;
   if (o->own) {
-    const uint64_t cut = cut_own (o->io->tune, count, o->io->geo->max);
+    const uint64_t cut = cut_own (o->io->cut, o->io->tune, count,
+                                  o->io->geo->max);
     return cut < count ? cut : UINT32_MAX;
   }
-  step = cut_begin (o->io->tune, o->write ? TUNE_WRITE : TUNE_READ,
+  step = cut_begin (o->io->cut, o->io->tune,
+                    o->write ? TUNE_WRITE : TUNE_READ,
                     count, o->io->geo->max, c);
   return step < count ? step : UINT32_MAX;    /* whole: up to the max */
 }
@@ -418,7 +400,7 @@ static int
 data_done (const struct op *o, const struct cut_choice *c, int r)
 {
   if (c->cls >= 0)
-    cut_end (o->io->tune, o->write ? TUNE_WRITE : TUNE_READ, c, r == 0);
+    cut_end (o->io->cut, o->write ? TUNE_WRITE : TUNE_READ, c, r == 0);
   return r;
 }
 
@@ -539,7 +521,7 @@ split_cache (const struct io *io, uint32_t count, uint64_t offset,
   walk_init (&w, io->geo, start, end - start, UINT32_MAX);
   if (!walk_next (&w, &p))      /* a non-empty range has a piece */
     abort ();
-  return call_piece (&o, &p, cache_piece, err);
+  return cache_piece (&o, &p, err);
 }
 
 /* Extents may answer for a prefix of the range.  The plugin is asked
@@ -566,9 +548,7 @@ query_extents (const struct io *io, uint64_t start, uint64_t end,
     if (!walk_next (&w, &p))    /* a non-empty range has a piece */
       abort ();
     stats_plugin (OP_EXTENTS, p.count);
-    tune_plugin_begin ();
     r = io->next->extents (io->next, p.count, p.offset, flags, mine, err);
-    tune_plugin_end ();
     if (r == -1)
       return -1;
     n = nbdkit_extents_count (mine);

@@ -16,6 +16,7 @@
 
 #include <nbdkit-filter.h>
 
+#include "cut.h"
 #include "tune.h"
 #include "walk.h"
 
@@ -32,13 +33,15 @@ struct io {
   const struct geometry *geo;
   struct split_conn *split;
   struct tune *tune;            /* reshape-size=auto: the export's */
+  struct cut *cut;              /* ... and its cut-or-whole choices */
 };
 
 /* Each returns 0, or -1 with *err set. */
 extern int split_pread (const struct io *io, void *buf, uint32_t count,
                         uint64_t offset, int *err);
 /* own: a read the filter makes itself (a readahead window, a grain):
- * with reshape-size=auto cut where the model says, no exploring.
+ * with reshape-size=auto cut where the learnt model says, no
+ * exploring.
  */
 extern int split_pread_as (const struct io *io, void *buf, uint32_t count,
                            uint64_t offset, bool own, int *err);

@@ -34,6 +34,9 @@ enum stats_counter {
   C_RA_GRAINS,         /* grains fetched for reads in a stream (auto) */
   C_RA_AHEAD,          /* of them, fetched ahead of a pipelined stream */
   C_RA_LOST,           /* fills not kept or not made (run_lost) */
+  C_RA_UNREAD,         /* bytes read ahead that no client read */
+  C_RA_REFUSED,        /* fills the readahead budget refused */
+  C_CUT_SWITCHES,      /* cut-or-whole choices changed (auto) */
   C_WB_STAGED,         /* bytes of small writes staged */
   C_WB_WRITTEN,        /* staged bytes written back */
   C_WB_FAILED,         /* write-backs the plugin failed (kept staged) */

@@ -2,45 +2,56 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * reshape-size=auto.  Per export, the filter learns the cost of a
- * plugin call by its size, and picks its sizes from that:
+ * reshape-size=auto.  Per export, the filter learns what a plugin read
+ * costs by its size, from the reads clients ask for and the blocks it
+ * fetches to serve them, and picks its sizes from that.  It never
+ * reads on its own to learn: no read at the handshake, none for a
+ * client that reads nothing or reads alone.
  *
- *   tune.c     what is learnt, and the sizes picked from it;
- *   probe.c    how: reads of growing size, timed, at the first
- *              connection to the export;
- *   cut.c      where requests are cut, weighed by what was learnt and
- *              measured while serving;
- *   profile.c  what was learnt, kept across restarts.
+ * Every plugin call the filter makes is timed (tune_record) into a
+ * table of size classes, keeping the last few times of each.  A
+ * client's stream of small reads (readahead.c) is where the learning
+ * happens: while the export is being learnt, the stream's misses are
+ * taken in pairs: one goes to the plugin as it is (the base sample, the
+ * client's own read size), the other fetches the aligned block of the
+ * rung being tried that holds it (one plugin call, whose other bytes
+ * the stream reads from the cache), base first in one pair and block
+ * first in the next, a pair or two at a time and not among the
+ * stream's first reads (which pile up at the plugin together).  So
+ * both meet the same load: a client that keeps many reads in flight
+ * keeps the plugin busy while the learning goes on, and a call's time
+ * is then mostly its wait for the calls before it.  Waits only add:
+ * the fastest block against the fastest base read is the ratio of
+ * what they cost.  A rung whose ratio stays under KNEE is flat.  The
+ * rungs are tried halfway (in powers of 2) between the largest block
+ * found flat and the smallest found not, from the read's size and the
+ * largest block (LADDER_MAX, or what the pool lends): the grain is
+ * found in two or three rungs.  From the knee:
  *
- * The probe finds a grain G (the cost of a call is flat up to G), a
- * per-call cost L and the bandwidth B of one stream.
- * From them:
- *
- *   - grain G: no request is cut into pieces smaller than G (each
- *     piece would cost a whole grain), and small sequential reads are
+ *   - grain G, the last flat rung: small reads in a stream are
  *     fetched as the aligned G block that holds them (it costs no more
- *     than the small read);
- *   - preferred P, told to clients and used as the unit of staging and
- *     readahead: the power of 2 nearest L B / 2, where a call's
- *     transfer takes half its fixed cost (2 L B if the plugin
- *     serializes requests: nothing overlaps), at least G, at most 8M
- *     (clients size their buffers by it and keep many requests in
- *     flight, which overlap the latency: beyond that, larger requests
- *     only cost buffers and caches).  A plugin
- *     without latency is told 64K: below that, the server's and the
- *     client's cost per request dominates whatever the plugin does.
+ *     than the small read), and no request is cut below G;
+ *   - per-call cost L, the fastest base read, and bandwidth B of one
+ *     stream, from the knee's excess over L;
+ *   - preferred P, told to the connections made from then on and used
+ *     as the unit of staging: the power of 2 nearest L B / 2, where a
+ *     call's transfer takes half its fixed cost (2 L B if the plugin
+ *     serializes requests: nothing overlaps), at least G, at most
+ *     PREFERRED_CAP.  A plugin whose base reads take under
+ *     PLUGIN_SLOW_NS is "fast": told FAST_PREFERRED, nothing fetched
+ *     or cut for it.
  *
- * Everything learnt is kept per export name until the filter is
- * unloaded, and shown in the statistics report.
+ * What was learnt of an export is kept, by export name, for the
+ * connections that come later, for at most EXPORTS_MAX exports.
  */
 
 #include <config.h>
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <nbdkit-filter.h>
 
@@ -48,189 +59,554 @@
 #include "params.h"
 #include "tune.h"
 
-/* -D reshape.tune=1: the probe and every decision that changes. */
 NBDKIT_DLL_PUBLIC int reshape_debug_tune;
 
+#define MIN_SHIFT 12                    /* cost classes from 4K ... */
+#define NCLASSES 16                     /* ... to 128M */
+#define PAIRS 6                         /* a rung's pairs, at most */
+#define PAIRS_FLAT 3                    /* ... to call it clearly flat */
+#define PAIRS_AT_ONCE 2                 /* ... in flight */
+#define WARMUP 16                       /* stream misses before sampling */
+#define KNEE 1.5                        /* a rung "costs more" */
+#define SERIAL_KNEE 0.75                /* ... per byte, serialized */
+#define QUEUED 2.0                      /* reads this much slower than
+                                           the fastest: busy */
+#define RECENT 16                       /* calls a moving average spans */
+#define CLEAR_FLAT 1.25                 /* ... clearly not: decide now */
+#define LADDER_MAX (8 * 1024 * 1024)    /* the largest rung */
 #define PREFERRED_CAP (8 * 1024 * 1024)
 #define FAST_PREFERRED (64 * 1024)
+#define EXPORTS_MAX 64                  /* exports remembered */
+
+/* The plugin calls of one size class. */
+struct samples {
+  uint64_t calls, bytes, ns;            /* totals, for the report */
+  uint64_t fastest;                     /* ns, 0: none */
+  double recent;                        /* ns, a moving average */
+};
+
+/* The ladder: what is known so far, and the rung being tried with its
+ * pairs of samples (ns, 0: not back).
+ */
+struct ladder {
+  unsigned base;                        /* the stream's read class */
+  uint64_t cap;                         /* the largest block it may try */
+  unsigned warmup;                      /* misses before the first pair */
+  uint32_t flat;                        /* largest block found flat */
+  uint32_t knee;                        /* smallest found not, 0: none */
+  double flat_ns;                       /* ... their blocks' time */
+  double knee_ns, knee_base_ns;         /* ... and the base then */
+  bool queued;                          /* at the last rung judged */
+  uint32_t rung;                        /* block size tried, 0: none */
+  unsigned tries;                       /* rungs tried (samples' epoch) */
+  unsigned sent;                        /* samples handed out */
+  float base_ns[PAIRS], block_ns[PAIRS];
+  bool lost[PAIRS];                     /* a pair that cannot count */
+};
+
+struct tune {
+  char *name;
+  unsigned refs;                        /* registry lock */
+  struct tune *next;                    /* registry: most recent first */
+  pthread_mutex_t lock;                 /* all below */
+  struct geometry geo;                  /* learnt on; exportsize 0: none */
+  struct samples table[TUNE_DIRS][NCLASSES];
+  struct ladder ladder;
+  bool known;
+  struct tune_learnt learnt;
+  struct tune_sizes sizes;
+  char why[200];
+};
 
 static struct {
   pthread_mutex_t lock;
   struct tune *list;
-} all = { .lock = PTHREAD_MUTEX_INITIALIZER };
+  unsigned count;
+  unsigned generation;                  /* atomic */
+} registry = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-/* The filter's calls to the plugin in flight, every export's (exports
- * may share what the plugin serves from), atomic; the probe's own are
- * not counted.  Only reshape-size=auto probes: a fixed size skips the
- * counting (the setting never changes while calls are in flight, so
- * begin and end agree).
+static unsigned
+class_of (uint64_t bytes)
+{
+  unsigned c = 0;
+
+  while (c + 1 < NCLASSES && bytes >> (c + 1 + MIN_SHIFT))
+    c++;
+  return c;
+}
+
+static uint64_t
+class_bytes (unsigned c)
+{
+  return UINT64_C (1) << (c + MIN_SHIFT);
+}
+
+static void
+tune_free (struct tune *t)
+{
+  pthread_mutex_destroy (&t->lock);
+  free (t->name);
+  free (t);
+}
+
+/* Forget the least recently used export no connection holds, if the
+ * registry is full.  Registry lock held.
  */
-static unsigned plugin_in_flight;
-
-void
-tune_plugin_begin (void)
+static void
+forget_one (void)
 {
-  if (reshape_cfg.size == 0)
-    __atomic_add_fetch (&plugin_in_flight, 1, __ATOMIC_RELAXED);
-}
+  struct tune **pp, **victim = NULL;
 
-void
-tune_plugin_end (void)
-{
-  if (reshape_cfg.size == 0)
-    __atomic_sub_fetch (&plugin_in_flight, 1, __ATOMIC_RELAXED);
-}
-
-bool
-tune_plugin_busy (void)
-{
-  return __atomic_load_n (&plugin_in_flight, __ATOMIC_RELAXED) > 0;
+  if (registry.count < EXPORTS_MAX)
+    return;
+  for (pp = &registry.list; *pp; pp = &(*pp)->next)
+    if ((*pp)->refs == 0)
+      victim = pp;
+  if (victim) {
+    struct tune *t = *victim;
+    *victim = t->next;
+    registry.count--;
+    tune_free (t);
+  }
 }
 
 struct tune *
 tune_get (const char *exportname)
 {
-  struct tune *t;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&all.lock);
+  struct tune **pp, *t;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
 
-  for (t = all.list; t; t = t->next)
-    if (strcmp (t->name, exportname) == 0)
-      return t;
-  t = calloc (1, sizeof *t);
-  if (t == NULL || (t->name = strdup (exportname)) == NULL) {
-    free (t);
-    nbdkit_error ("reshape: tune: %m");
-    return NULL;
+  for (pp = &registry.list; (t = *pp) != NULL; pp = &t->next)
+    if (strcmp (t->name, exportname) == 0) {
+      *pp = t->next;                    /* to the front */
+      break;
+    }
+  if (t == NULL) {
+    forget_one ();
+    t = calloc (1, sizeof *t);
+    if (t == NULL || (t->name = strdup (exportname)) == NULL) {
+      free (t);
+      nbdkit_error ("reshape: tune: %m");
+      return NULL;
+    }
+    pthread_mutex_init (&t->lock, NULL);
+    registry.count++;
   }
-  pthread_mutex_init (&t->lock, NULL);
-  /* Waited for with a time limit (probe.c): on the monotonic clock,
-   * which a clock set back cannot stretch.
-   */
-  {
-    pthread_condattr_t ca;
-    pthread_condattr_init (&ca);
-    pthread_condattr_setclock (&ca, CLOCK_MONOTONIC);
-    pthread_cond_init (&t->known, &ca);
-    pthread_condattr_destroy (&ca);
-  }
-  t->next = all.list;
-  all.list = t;
+  t->next = registry.list;
+  registry.list = t;
+  t->refs++;
   return t;
+}
+
+void
+tune_put (struct tune *t)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
+
+  t->refs--;
 }
 
 void
 tune_free_all (void)
 {
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&all.lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
 
-  while (all.list) {
-    struct tune *t = all.list;
-    all.list = t->next;
-    pthread_cond_destroy (&t->known);
-    pthread_mutex_destroy (&t->lock);
-    free (t->name);
-    free (t);
+  while (registry.list) {
+    struct tune *t = registry.list;
+    registry.list = t->next;
+    tune_free (t);
   }
+  registry.count = 0;
+}
+
+const char *
+tune_name (const struct tune *t)
+{
+  return t->name;
 }
 
 void
 tune_each (void (*fn) (struct tune *t, void *opaque), void *opaque)
 {
   struct tune *t;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&all.lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
 
-  for (t = all.list; t; t = t->next)
+  for (t = registry.list; t; t = t->next)
     fn (t, opaque);
 }
 
-void
-tune_choose_sizes (struct tune *t)
+unsigned
+tune_generation (void)
 {
-  const struct cut_model m = probed (t);
+  return __atomic_load_n (&registry.generation, __ATOMIC_RELAXED);
+}
+
+/* Forget what was learnt and measured.  Lock held. */
+static void
+forget (struct tune *t)
+{
+  memset (t->table, 0, sizeof t->table);
+  memset (&t->ladder, 0, sizeof t->ladder);
+  t->known = false;
+  t->learnt = (struct tune_learnt) { .fast = false };
+  t->sizes = (struct tune_sizes) { 0 };
+  t->why[0] = '\0';
+}
+
+static bool
+same_geometry (const struct geometry *a, const struct geometry *b)
+{
+  return a->exportsize == b->exportsize && a->min == b->min &&
+    a->max == b->max;
+}
+
+void
+tune_connect (struct tune *t, const struct geometry *geo)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+
+  if (t->geo.exportsize && !same_geometry (&t->geo, geo)) {
+    if (reshape_debug_tune)
+      nbdkit_debug ("reshape: tune: export '%s' changed (size %" PRIu64
+                    " now): learnt anew", t->name, geo->exportsize);
+    forget (t);
+  }
+  t->geo = *geo;
+}
+
+/* The sizes that follow from what was learnt.  Lock held. */
+static void
+choose_sizes (struct tune *t)
+{
+  const struct tune_learnt *l = &t->learnt;
   uint64_t p;
 
-  if (t->fast) {
+  if (l->fast) {
     t->sizes = (struct tune_sizes) { .preferred = FAST_PREFERRED };
-    snprintf (t->why, sizeof t->why,
-              "smallest read in %.0f us: no latency; clients told %uK, "
-              "requests not cut", t->lat_ns / 1000,
-              FAST_PREFERRED / 1024);
+    snprintf (t->why, sizeof t->why, "reads of the stream's size took "
+              "%.0f us: no latency; clients told %uK, nothing fetched "
+              "or cut", l->flat_ns / 1000, FAST_PREFERRED / 1024);
     return;
   }
-  /* Where a call's transfer takes half its fixed cost, s = L B / 2:
-   * clients keep many requests in flight, nbdkit's threads overlap
-   * the latency, and beyond that larger requests only cost the client
-   * buffers and the caches (measured with nbdcopy: over 20 ms +
-   * 100 MB/s, fastest at 1M, L B = 2M; over 1 ms + 400 MB/s, at
-   * 256K-512K, L B = 400K).  A plugin that serializes requests
-   * overlaps nothing within a connection: there a call should carry
-   * twice its fixed cost in transfer, s = 2 L B (measured over a
-   * serialized 1 ms + 400 MB/s: 1M-2M fastest for nbdcopy and
-   * qemu-img, 256K a third slower).  The power of 2 nearest, at least
-   * G, at most PREFERRED_CAP.
+  /* Clients keep many requests in flight and nbdkit's threads overlap
+   * the latency: beyond L B / 2, larger requests only cost buffers
+   * and caches.  Nothing overlaps over a plugin that serializes
+   * requests: there a call should carry twice its fixed cost.
    */
-  if (t->ns_per_byte > 0)
-    p = pow2_nearest (t->grain, t->lat_ns / t->ns_per_byte *
+  if (l->ns_per_byte > 0)
+    p = pow2_nearest (l->grain, l->lat_ns / l->ns_per_byte *
                       (reshape_cfg.parallel_ok ? 0.5 : 2), PREFERRED_CAP);
   else
-    p = max_u64 (t->grain, PREFERRED_CAP);
-  p = min_u64 (p, PREFERRED_CAP);
+    p = PREFERRED_CAP;
+  p = min_u64 (max_u64 (p, l->grain), PREFERRED_CAP);
   t->sizes = (struct tune_sizes) {
-    .preferred = p, .unit = p, .grain = t->grain,
+    .preferred = p, .unit = p, .grain = l->grain,
   };
   snprintf (t->why, sizeof t->why,
             "cost flat up to %" PRIu32 "K (%.2f ms), then %.2f ms + "
-            "%.0f MB/s per stream: clients told %" PRIu64 "K",
-            t->grain / 1024, model_ns (&m, t->grain) / 1e6, t->lat_ns / 1e6,
-            t->ns_per_byte > 0 ? 1e3 / t->ns_per_byte : 0.0, p / 1024);
+            "%.0f MB/s per stream%s: clients told %" PRIu64 "K",
+            l->grain / 1024, l->flat_ns / 1e6, l->lat_ns / 1e6,
+            l->ns_per_byte > 0 ? 1e3 / l->ns_per_byte : 0.0,
+            l->queued ? ", busy" : "", p / 1024);
 }
 
-/* Is t's model there to use?  Its fields are written, under the lock,
- * before measured is set (publish), and never change afterwards while
- * connections use them, so a reader that saw measured under the lock
- * reads them whole without it.  (The lock rather than an atomic flag:
- * a probe beside the connections publishes while they run, and
- * helgrind sees only locks.)
- */
-static bool
-model_ready (struct tune *t)
+/* Learnt: from now on, connections are told t->sizes.  Lock held. */
+static void
+publish (struct tune *t, const struct tune_learnt *l)
+{
+  t->learnt = *l;
+  t->known = true;
+  choose_sizes (t);
+  if (reshape_debug_tune)
+    nbdkit_debug ("reshape: tune: export '%s': %s", t->name, t->why);
+}
+
+bool
+tune_learnt (struct tune *t, struct geometry *geo, struct tune_learnt *l)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
-  return t->measured;
+
+  if (!t->known || t->geo.exportsize == 0)
+    return false;
+  *geo = t->geo;
+  *l = t->learnt;
+  return true;
 }
 
-/* The sizes are set once, before measured (model_ready). */
+void
+tune_teach (struct tune *t, const struct tune_learnt *l)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+
+  if (!t->known)
+    publish (t, l);
+}
+
 void
 tune_sizes (struct tune *t, struct tune_sizes *s)
 {
-  if (model_ready (t))
-    *s = t->sizes;
-  else
-    *s = (struct tune_sizes) { 0 };
-}
-
-/* While a probe goes on beside the connections: beside_hint's. */
-void
-tune_start_sizes (struct tune *t, struct tune_sizes *s)
-{
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
-  if (t->measured)
-    *s = t->sizes;
-  else if (t->beside)
-    *s = (struct tune_sizes) { .preferred = t->hint };
-  else
-    *s = (struct tune_sizes) { 0 };
+  *s = t->sizes;
+}
+
+int
+tune_model (struct tune *t, struct cut_model *m)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+  const struct tune_learnt *l = &t->learnt;
+
+  if (!t->known)
+    return 0;
+  if (l->fast || l->grain == 0)
+    return -1;
+  *m = (struct cut_model) {
+    .grain = l->grain, .flat_ns = l->flat_ns, .lat_ns = l->lat_ns,
+    .ns_per_byte = l->ns_per_byte,
+  };
+  return 1;
 }
 
 void
 tune_record (struct tune *t, enum tune_dir d, uint64_t bytes, uint64_t ns)
 {
-  struct cost *c = &t->table[d][class_of (bytes)];
+  struct samples *s = &t->table[d][class_of (bytes)];
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
-  __atomic_fetch_add (&c->calls, 1, __ATOMIC_RELAXED);
-  __atomic_fetch_add (&c->bytes, bytes, __ATOMIC_RELAXED);
-  __atomic_fetch_add (&c->ns, ns, __ATOMIC_RELAXED);
+  s->calls++;
+  s->bytes += bytes;
+  s->ns += ns;
+  if (s->fastest == 0 || ns < s->fastest)
+    s->fastest = ns;
+  s->recent = s->calls == 1 ? ns : s->recent + (ns - s->recent) / RECENT;
+}
+
+/* The rung's pairs back, both of them: how many, and their fastest
+ * base read and block.  *pending: pairs handed out not yet back.  Lock
+ * held.
+ */
+static unsigned
+pairs_back (const struct ladder *k, double *base, double *block,
+            unsigned *pending)
+{
+  unsigned i, n = 0;
+
+  *pending = 0;
+  for (i = 0; i < (k->sent + 1) / 2; i++) {
+    if (k->lost[i])
+      continue;
+    if (k->base_ns[i] == 0 || k->block_ns[i] == 0) {
+      (*pending)++;
+      continue;
+    }
+    if (n == 0 || k->base_ns[i] < *base)
+      *base = k->base_ns[i];
+    if (n == 0 || k->block_ns[i] < *block)
+      *block = k->block_ns[i];
+    n++;
+  }
+  return n;
+}
+
+/* Try the next rung: halfway (in powers of 2) between the largest
+ * block found flat and the smallest found not (or the cap), rounded
+ * up.  Lock held.
+ */
+static void
+next_rung (struct ladder *k)
+{
+  const unsigned lo = __builtin_ctzll (k->flat);
+  const unsigned hi = __builtin_ctzll (k->knee ? k->knee
+                                               : pow2_floor (k->cap));
+
+  k->rung = UINT32_C (1) << ((lo + hi + 1) / 2);
+  k->tries++;
+  k->sent = 0;
+  memset (k->base_ns, 0, sizeof k->base_ns);
+  memset (k->block_ns, 0, sizeof k->block_ns);
+  memset (k->lost, 0, sizeof k->lost);
+}
+
+/* Do the plugin's calls wait for each other?  The reads of the
+ * stream's size take QUEUED times, on average lately, the fastest of
+ * them ever seen (a stream's first reads find the plugin idle).  Lock
+ * held.
+ */
+static bool
+queued (const struct tune *t)
+{
+  const struct samples *s = &t->table[TUNE_READ][t->ladder.base];
+
+  return s->fastest && s->recent >= QUEUED * s->fastest;
+}
+
+/* Is the ladder over?  Then what it found is learnt: flat up to the
+ * largest flat block, then lat + s * npb from the knee.  Lock held.
+ */
+static bool
+ladder_done (struct tune *t, double base)
+{
+  struct ladder *k = &t->ladder;
+
+  if (k->knee ? k->knee > 2 * k->flat : 2 * (uint64_t) k->flat <= k->cap)
+    return false;
+  publish (t, &(struct tune_learnt) {
+      .queued = queued (t),
+      .grain = k->flat, .flat_ns = k->flat > class_bytes (k->base) ?
+                                   k->flat_ns : base,
+      .lat_ns = k->knee ? k->knee_base_ns : k->flat_ns,
+      .ns_per_byte = k->knee && k->knee_ns > k->knee_base_ns ?
+                     (k->knee_ns - k->knee_base_ns) / k->knee : 0 });
+  __atomic_add_fetch (&registry.generation, 1, __ATOMIC_RELAXED);
+  return true;
+}
+
+/* A rung is flat below this ratio.  Over a plugin that serializes
+ * requests, nothing overlaps: a block is worth it while it costs at
+ * most three quarters of the reads it stands for.
+ */
+static double
+knee (const struct ladder *k)
+{
+  if (reshape_cfg.parallel_ok)
+    return KNEE;
+  return SERIAL_KNEE * k->rung / class_bytes (k->base);
+}
+
+/* Once enough pairs are back: a plugin without latency, or the rung is
+ * flat or the knee.  A rung is called flat early, the knee only on
+ * all its pairs: a knee found too low, below a cluster that every read
+ * decodes whole, would have each cluster decoded many times over,
+ * where one found too high only makes grains larger.  A rung whose
+ * pairs were mostly lost starts again.  Lock held.
+ */
+static void
+judge_rung (struct tune *t)
+{
+  struct ladder *k = &t->ladder;
+  double base = 0, block = 0, ratio;
+  unsigned pending;
+  const unsigned n = pairs_back (k, &base, &block, &pending);
+  const bool all_back = k->sent >= 2 * PAIRS && pending == 0;
+
+  if (n < PAIRS_FLAT) {
+    if (all_back)                       /* mostly lost: again */
+      next_rung (k);
+    return;
+  }
+  /* The fastest read of the stream's size ever seen: under load a
+   * plugin without latency slows down too (its copies share the CPUs).
+   */
+  if (t->table[TUNE_READ][k->base].fastest < PLUGIN_SLOW_NS) {
+    publish (t, &(struct tune_learnt) {
+        .fast = true, .flat_ns = t->table[TUNE_READ][k->base].fastest });
+    __atomic_add_fetch (&registry.generation, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  ratio = block / base;
+  if (ratio > knee (k) * CLEAR_FLAT / KNEE && !all_back)
+    return;
+  if (reshape_debug_tune)
+    nbdkit_debug ("reshape: tune: export '%s': %" PRIu32 "K blocks "
+                  "%.3f ms against %" PRIu64 "K reads %.3f ms (%.2fx, %u "
+                  "pairs): %s", t->name, k->rung / 1024, block / 1e6,
+                  class_bytes (k->base) / 1024, base / 1e6, ratio, n,
+                  ratio < knee (k) ? "flat" : "the knee");
+  if (ratio < knee (k)) {
+    k->flat = k->rung;
+    k->flat_ns = block;
+  }
+  else {
+    k->knee = k->rung;
+    k->knee_ns = block;
+    k->knee_base_ns = base;
+  }
+  k->queued = queued (t);
+  if (!ladder_done (t, base))
+    next_rung (k);
+}
+
+/* Once learnt: do grains pay for reads of count bytes?  Only where
+ * they save the plugin work: a busy plugin whose cost is flat up to a
+ * grain larger than the read, or one that serializes requests (a
+ * client's reads in flight then overlap nothing).  Lock held.
+ */
+static bool
+grains_pay (const struct tune *t, uint32_t count)
+{
+  return !t->learnt.fast && t->sizes.grain > count &&
+    (t->learnt.queued || !reshape_cfg.parallel_ok);
+}
+
+void
+tune_stream_fetch (struct tune *t, uint32_t count, uint64_t cap,
+                   struct tune_fetch *f)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+  struct ladder *k = &t->ladder;
+  double base, block;
+  unsigned pending;
+
+  *f = (struct tune_fetch) { .size = 0 };
+  if (t->known) {
+    if (grains_pay (t, count))
+      f->size = t->sizes.grain;
+    return;
+  }
+  k->cap = cap = min_u64 (cap, LADDER_MAX);
+  if (k->rung == 0) {
+    if (pow2_floor (count) * 2 > cap)
+      return;                           /* no room to learn in */
+    k->base = class_of (count);
+    k->flat = class_bytes (k->base);
+    next_rung (k);
+  }
+  if (class_of (count) != k->base || k->rung > cap)
+    return;                             /* another stream's reads */
+  f->alone = true;
+  /* Not at the stream's start, when its reads pile up at the plugin,
+   * nor too many at once: those sent together meet different queues.
+   * Meanwhile, blocks known to be flat, if the plugin is busy.
+   */
+  if (k->warmup < WARMUP || k->sent >= 2 * PAIRS ||
+      (k->sent % 2 == 0 &&
+       (pairs_back (k, &base, &block, &pending), pending) >=
+       PAIRS_AT_ONCE)) {
+    k->warmup++;
+    if (k->queued && k->flat > count)
+      f->size = k->flat;
+    return;
+  }
+  /* Base or block first, in turn: whichever is sent first may meet a
+   * shorter queue.
+   */
+  f->rung = k->rung;
+  f->try = k->tries;
+  f->pair = k->sent / 2;
+  f->block = (k->sent % 2) ^ (k->sent / 2 % 2);
+  f->size = f->block ? k->rung : 0;
+  k->sent++;
+}
+
+void
+tune_sample_done (struct tune *t, const struct tune_fetch *f, uint64_t ns)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+  struct ladder *k = &t->ladder;
+
+  if (f->rung == 0 || f->try != k->tries || t->known)
+    return;                             /* a rung since judged */
+  if (reshape_debug_tune > 1)
+    nbdkit_debug ("reshape: tune: export '%s': %" PRIu32 "K pair %u: %s "
+                  "%.3f ms", t->name, f->rung / 1024, f->pair,
+                  f->block ? "block" : "base", ns / 1e6);
+  if (ns == 0)
+    k->lost[f->pair] = true;
+  else if (f->block)
+    k->block_ns[f->pair] = ns;
+  else
+    k->base_ns[f->pair] = ns;
+  judge_rung (t);
 }
 
 static void
@@ -239,37 +615,34 @@ report_one (struct tune *t, void *fpv)
   FILE *fp = fpv;
   static const char *const dirs[TUNE_DIRS] = { "reads", "writes" };
   unsigned d, c;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
-  fprintf (fp, "\nreshape-size=auto, export '%s': %s\n", t->name, t->why);
+  if (t->known)
+    fprintf (fp, "\nreshape-size=auto, export '%s': %s\n", t->name,
+             t->why);
+  else if (t->ladder.rung)
+    fprintf (fp, "\nreshape-size=auto, export '%s': still learning "
+             "(trying %" PRIu32 "K blocks for %" PRIu64 "K reads)\n",
+             t->name, t->ladder.rung / 1024,
+             class_bytes (t->ladder.base) / 1024);
+  else
+    fprintf (fp, "\nreshape-size=auto, export '%s': nothing learnt "
+             "(no client read a stream of small reads)\n", t->name);
   if (t->sizes.preferred)
     fprintf (fp, "  preferred %" PRIu32 "K, unit %" PRIu32 "K, "
              "grain %" PRIu32 "K\n", t->sizes.preferred / 1024,
              t->sizes.unit / 1024, t->sizes.grain / 1024);
-  if (t->probe_reads)
-    fprintf (fp, "  probe: %u reads\n", t->probe_reads);
-  fprintf (fp, "  %-8s %8s %10s %10s %10s %10s\n", "", "size", "probe ms",
-           "calls", "mean ms", "MB/s");
+  fprintf (fp, "  %-8s %8s %10s %10s %10s\n", "", "size", "calls",
+           "mean ms", "MB/s");
   for (d = 0; d < TUNE_DIRS; d++)
     for (c = 0; c < NCLASSES; c++) {
-      const struct cost *k = &t->table[d][c];
-      if (k->calls == 0 && (d != TUNE_READ || t->probe_ns[c] == 0))
+      const struct samples *s = &t->table[d][c];
+      if (s->calls == 0)
         continue;
-      fprintf (fp, "  %-8s %7" PRIu64 "K %10.3f %10" PRIu64 " %10.3f "
-               "%10.1f\n", dirs[d], class_bytes (c) / 1024,
-               d == TUNE_READ ? t->probe_ns[c] / 1e6 : 0.0, k->calls,
-               k->calls ? (double) k->ns / k->calls / 1e6 : 0.0,
-               k->ns ? (double) k->bytes / k->ns * 1e3 : 0.0);
-    }
-  for (d = 0; d < TUNE_DIRS; d++)
-    for (c = 0; c < NCLASSES; c++) {
-      const struct bandit *b = &t->bandits[d][c];
-      if (!b->used)
-        continue;
-      fprintf (fp, "  %s of %" PRIu64 "K+: %s (whole %.3f, cut %.3f ns "
-               "per byte, %u/%u samples, %u switches)\n", dirs[d],
-               class_bytes (c) / 1024, b->cut ? "cut" : "whole",
-               b->ns_per_byte[0], b->ns_per_byte[1], b->samples[0],
-               b->samples[1], b->switches);
+      fprintf (fp, "  %-8s %7" PRIu64 "K %10" PRIu64 " %10.3f %10.1f\n",
+               dirs[d], class_bytes (c) / 1024, s->calls,
+               (double) s->ns / s->calls / 1e6,
+               s->ns ? (double) s->bytes / s->ns * 1e3 : 0.0);
     }
 }
 

@@ -2,140 +2,41 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * reshape-size=auto: what the filter learns of each export's plugin,
- * and the sizes it picks from that (see tune.c).  The fields of struct
- * tune are the business of tune.c, probe.c, cut.c and profile.c; the
- * rest of the filter goes through the functions.
+ * reshape-size=auto: what the filter learns of each export's plugin
+ * from the clients' own traffic, and the sizes it picks from that
+ * (see tune.c).  struct tune is tune.c's alone; the rest of the
+ * filter goes through these functions.
  */
 
 #ifndef NBDKIT_RESHAPE_TUNE_H
 #define NBDKIT_RESHAPE_TUNE_H
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
-
-#include <nbdkit-filter.h>
 
 #include "walk.h"
 
 /* A plugin call answered faster than this (memory, a file in the page
  * cache) has no latency worth hiding: neither helper threads
- * (split.c) nor readahead (readahead.c) pay for themselves there, and
- * the probe stops at once.
+ * (split.c) nor readahead (readahead.c) pay for themselves there.
  */
 #define PLUGIN_SLOW_NS (50 * 1000)
 
-#define MIN_SHIFT 12                    /* size classes from 4K ... */
-#define NCLASSES 16                     /* ... to 128M */
-#define PROBE_MAX (16 * 1024 * 1024)    /* the probe's largest read */
-
-/* -D reshape.tune=1: the probe and every decision that changes. */
+/* -D reshape.tune=1: every sample the learning decides on. */
 extern int reshape_debug_tune;
 
 enum tune_dir { TUNE_READ, TUNE_WRITE, TUNE_DIRS };
-enum tune_state { TUNE_UNKNOWN, TUNE_PROBING, TUNE_KNOWN };
 
-/* What cutting goes by: a call of s bytes costs flat_ns up to grain,
- * then lat_ns + s * ns_per_byte (0: flat for good, never cut).
+/* The learnt cost of a plugin call of s bytes: flat_ns up to grain,
+ * then lat_ns + s * ns_per_byte (ns_per_byte 0: flat as far as was
+ * measured).
  */
 struct cut_model {
-  uint64_t grain;                       /* 0: no model */
+  uint64_t grain;
   double flat_ns, lat_ns, ns_per_byte;
 };
 
-/* Plugin calls of one size class. */
-struct cost {
-  uint64_t calls, bytes, ns;            /* totals, atomic */
-};
-
-/* Cut or whole, for one direction and size class of requests. */
-struct bandit {
-  bool used;
-  bool cut;                             /* the current choice */
-  double ns_per_byte[2];                /* EWMA, [0] whole, [1] cut */
-  unsigned samples[2];
-  unsigned since;                       /* requests since exploring */
-  unsigned every;                       /* explore every so many */
-  unsigned switches;
-};
-
-/* The sizes picked for a connection with this geometry: the size told
- * to clients as preferred, the unit that writes are staged in and
- * reads are fetched in, and the smallest piece a request may be cut
- * into.  0: no opinion (the static guesses stand).
- */
-struct tune_sizes {
-  uint32_t preferred;
-  uint32_t unit;
-  uint32_t grain;           /* cost is flat up to here: never cut below */
-};
-
-/* One export's learning.  Kept, by export name, until the filter is
- * unloaded: a client that reconnects finds what the last one taught.
- */
-struct tune {
-  char *name;
-  pthread_mutex_t lock;
-  pthread_cond_t known;
-  enum tune_state state;
-  bool beside;                          /* PROBING beside connections */
-  bool joinable;                        /* thread: the last such probe */
-  pthread_t thread;
-  const void *lender;                   /* whose plugin context it reads */
-  bool cancel;                          /* the lender is ending: stop */
-  uint32_t hint;                        /* told meanwhile (beside_hint) */
-  struct cut_model early;               /* cut by meanwhile (ditto) */
-  double floor_ns;                      /* fastest 4K of any probe, 0: none */
-  /* The probe's findings. */
-  bool measured;                        /* the probe got numbers */
-  bool fast;                            /* no latency worth hiding */
-  double probe_ns[NCLASSES];            /* 0: not probed */
-  unsigned probe_reads;                 /* 0: from a profile */
-  uint32_t grain;                       /* G */
-  double lat_ns;                        /* L */
-  double ns_per_byte;                   /* 1 / B, 0 = no bandwidth cost */
-  struct tune_sizes sizes;
-  char why[200];
-  /* The geometry the probe ran on (a profile must match it). */
-  bool from_profile;
-  uint64_t exportsize;
-  uint32_t min, max;
-  /* Live traffic. */
-  struct cost table[TUNE_DIRS][NCLASSES];
-  struct bandit bandits[TUNE_DIRS][NCLASSES];
-  unsigned inflight;                    /* requests timed, atomic */
-  struct tune *next;
-};
-
-static inline unsigned
-class_of (uint64_t bytes)
-{
-  unsigned c = 0;
-
-  while (c + 1 < NCLASSES && bytes >> (c + 1 + MIN_SHIFT))
-    c++;
-  return c;
-}
-
-static inline uint64_t
-class_bytes (unsigned c)
-{
-  return UINT64_C (1) << (c + MIN_SHIFT);
-}
-
-/* The model the probe found.  Its fields are set once (publish). */
-static inline struct cut_model
-probed (const struct tune *t)
-{
-  return (struct cut_model) {
-    .grain = t->grain, .flat_ns = t->probe_ns[class_of (t->grain)],
-    .lat_ns = t->lat_ns, .ns_per_byte = t->ns_per_byte,
-  };
-}
-
-/* The cost of a call of s bytes as model m has it. */
 static inline double
 model_ns (const struct cut_model *m, uint64_t s)
 {
@@ -144,35 +45,93 @@ model_ns (const struct cut_model *m, uint64_t s)
   return m->lat_ns + s * m->ns_per_byte;
 }
 
-/* The export's learning; NULL with the error reported. */
+/* The sizes picked from what was learnt: told to clients as preferred,
+ * the unit writes are staged in, and the grain small sequential reads
+ * are fetched in (the cost is flat up to it).  0: not learnt (the
+ * static sizes stand).
+ */
+struct tune_sizes {
+  uint32_t preferred;
+  uint32_t unit;
+  uint32_t grain;
+};
+
+/* What was learnt of an export, as a profile keeps it. */
+struct tune_learnt {
+  bool fast;                    /* no latency worth hiding */
+  bool queued;                  /* calls wait for each other (busy) */
+  uint32_t grain;
+  double flat_ns, lat_ns, ns_per_byte;
+};
+
+struct tune;
+
+/* The learning of the export named exportname, made at its first use;
+ * NULL with the error reported.  Each get is matched by one put.  At
+ * most a few dozen exports are remembered: beyond that the least
+ * recently used one no connection holds is forgotten.
+ */
 extern struct tune *tune_get (const char *exportname);
+extern void tune_put (struct tune *t);
 extern void tune_free_all (void);
-/* fn on every export's, the list locked. */
+extern const char *tune_name (const struct tune *t);
+/* fn on every export remembered. */
 extern void tune_each (void (*fn) (struct tune *t, void *opaque),
                        void *opaque);
 
-/* From what the probe (or a profile) found: t's sizes, and why.  t's
- * lock held, or t not yet shared.
+/* A connection to the export settled its geometry.  What was learnt
+ * on another geometry (the plugin changed under the same name) is
+ * forgotten.
  */
-extern void tune_choose_sizes (struct tune *t);
+extern void tune_connect (struct tune *t, const struct geometry *geo);
+
+/* What was learnt (false: nothing yet), for a profile to keep, and
+ * what a profile kept, taken as learnt if nothing is yet.
+ */
+extern bool tune_learnt (struct tune *t, struct geometry *geo,
+                         struct tune_learnt *l);
+extern void tune_teach (struct tune *t, const struct tune_learnt *l);
+/* Bumped whenever what is learnt changes (a profile saves then). */
+extern unsigned tune_generation (void);
 
 extern void tune_sizes (struct tune *t, struct tune_sizes *s);
-/* Those a new connection starts with: tune_sizes, or while the probe
- * goes on beside the connections, a preferred size only.
+/* The model requests are cut by: 1 with *m set; 0 if nothing is
+ * learnt yet; -1 if the plugin was learnt to have no latency (nothing
+ * pays for cutting).
  */
-extern void tune_start_sizes (struct tune *t, struct tune_sizes *s);
+extern int tune_model (struct tune *t, struct cut_model *m);
 
-/* The filter calls the plugin (for a client, a readahead, a
- * write-back), and the call is done: while any is in flight, a
- * probe's slow read may have waited behind it (tune_plugin_busy).
- */
-extern void tune_plugin_begin (void);
-extern void tune_plugin_end (void);
-extern bool tune_plugin_busy (void);
-
-/* A plugin call of bytes took ns (split.c times every piece). */
+/* A plugin call of bytes took ns (split.c times every whole piece). */
 extern void tune_record (struct tune *t, enum tune_dir d, uint64_t bytes,
                          uint64_t ns);
+
+/* How a read of count bytes that continues a stream, and missed the
+ * cache, is served: from an aligned block of size bytes fetched for
+ * it (0: the read goes to the plugin as it is).  While the export is
+ * being learnt, the block is fetched alone (not in a run of them),
+ * and the read or the block may be a sample: then tune_sample_done
+ * must follow, with the time its plugin read took (0: none was made,
+ * or it failed).
+ */
+struct tune_fetch {
+  uint32_t size;
+  bool alone;                   /* the block alone, not a run */
+  uint32_t rung;                /* a sample of this rung, 0: none */
+  unsigned try;                 /* ... in this try of the rung */
+  unsigned pair;                /* ... of this pair */
+  bool block;                   /* the block, or the read */
+};
+
+/* Once learnt, a read gets grains only where they pay: a plugin that
+ * is fast, flat no further than the read, or takes requests in
+ * parallel and is not busy (the client's own reads in flight then
+ * hide its latency better than grains that keep them waiting) gets
+ * the read as it is.  At most cap bytes.
+ */
+extern void tune_stream_fetch (struct tune *t, uint32_t count, uint64_t cap,
+                               struct tune_fetch *f);
+extern void tune_sample_done (struct tune *t, const struct tune_fetch *f,
+                              uint64_t ns);
 
 /* The learnt tables and the choices made, with their reasons, of
  * every export (the statistics report).
