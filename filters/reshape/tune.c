@@ -19,10 +19,12 @@
  * first in the next, a pair or two at a time and not among the
  * stream's first reads (which pile up at the plugin together).  So
  * both meet the same load: a client that keeps many reads in flight
- * keeps the plugin busy while the learning goes on, and a call's time
- * is then mostly its wait for the calls before it.  Waits only add:
- * the fastest block against the fastest base read is the ratio of
- * what they cost.  A rung whose ratio stays under KNEE is flat.  The
+ * keeps the plugin busy while the learning goes on, and a machine's
+ * speed drifts (on a VM, by 3x within seconds): the ratio of a pair's
+ * times sees neither.  A rung whose median ratio stays under KNEE is
+ * flat.  (Waits in a busy plugin's queue add the same to both, which
+ * makes a knee look flatter: grains then come out larger, never
+ * smaller than the cost's real grain.)  The
  * rungs are tried halfway (in powers of 2) between the largest block
  * found flat and the smallest found not, from the read's size and the
  * largest block (LADDER_MAX, or what the pool lends): the grain is
@@ -96,7 +98,6 @@ struct ladder {
   uint32_t knee;                        /* smallest found not, 0: none */
   double flat_ns;                       /* ... their blocks' time */
   double knee_ns, knee_base_ns;         /* ... and the base then */
-  bool queued;                          /* at the last rung judged */
   uint32_t rung;                        /* block size tried, 0: none */
   unsigned tries;                       /* rungs tried (samples' epoch) */
   unsigned sent;                        /* samples handed out */
@@ -381,14 +382,29 @@ tune_record (struct tune *t, enum tune_dir d, uint64_t bytes, uint64_t ns)
   s->recent = s->calls == 1 ? ns : s->recent + (ns - s->recent) / RECENT;
 }
 
-/* The rung's pairs back, both of them: how many, and their fastest
- * base read and block.  *pending: pairs handed out not yet back.  Lock
- * held.
+static double
+median (float *v, unsigned n)
+{
+  unsigned i, j;
+
+  for (i = 1; i < n; i++) {             /* insertion sort: n <= PAIRS */
+    float x = v[i];
+    for (j = i; j > 0 && v[j - 1] > x; j--)
+      v[j] = v[j - 1];
+    v[j] = x;
+  }
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The rung's pairs back, both of them: how many, and the medians of
+ * their base reads, of their blocks and of their ratios.  *pending:
+ * pairs handed out not yet back.  Lock held.
  */
 static unsigned
 pairs_back (const struct ladder *k, double *base, double *block,
-            unsigned *pending)
+            double *ratio, unsigned *pending)
 {
+  float b[PAIRS], r[PAIRS], q[PAIRS];
   unsigned i, n = 0;
 
   *pending = 0;
@@ -399,11 +415,15 @@ pairs_back (const struct ladder *k, double *base, double *block,
       (*pending)++;
       continue;
     }
-    if (n == 0 || k->base_ns[i] < *base)
-      *base = k->base_ns[i];
-    if (n == 0 || k->block_ns[i] < *block)
-      *block = k->block_ns[i];
+    b[n] = k->base_ns[i];
+    r[n] = k->block_ns[i];
+    q[n] = k->block_ns[i] / k->base_ns[i];
     n++;
+  }
+  if (n) {
+    *base = median (b, n);
+    *block = median (r, n);
+    *ratio = median (q, n);
   }
   return n;
 }
@@ -429,15 +449,16 @@ next_rung (struct ladder *k)
 
 /* Do the plugin's calls wait for each other?  The reads of the
  * stream's size take QUEUED times, on average lately, the fastest of
- * them ever seen (a stream's first reads find the plugin idle).  Lock
- * held.
+ * them ever seen (a stream's first reads find the plugin idle), and
+ * long enough to matter.  Lock held.
  */
 static bool
 queued (const struct tune *t)
 {
   const struct samples *s = &t->table[TUNE_READ][t->ladder.base];
 
-  return s->fastest && s->recent >= QUEUED * s->fastest;
+  return s->fastest && s->recent >= PLUGIN_SLOW_NS &&
+    s->recent >= QUEUED * s->fastest;
 }
 
 /* Is the ladder over?  Then what it found is learnt: flat up to the
@@ -484,9 +505,9 @@ static void
 judge_rung (struct tune *t)
 {
   struct ladder *k = &t->ladder;
-  double base = 0, block = 0, ratio;
+  double base = 0, block = 0, ratio = 0;
   unsigned pending;
-  const unsigned n = pairs_back (k, &base, &block, &pending);
+  const unsigned n = pairs_back (k, &base, &block, &ratio, &pending);
   const bool all_back = k->sent >= 2 * PAIRS && pending == 0;
 
   if (n < PAIRS_FLAT) {
@@ -503,7 +524,6 @@ judge_rung (struct tune *t)
     __atomic_add_fetch (&registry.generation, 1, __ATOMIC_RELAXED);
     return;
   }
-  ratio = block / base;
   if (ratio > knee (k) * CLEAR_FLAT / KNEE && !all_back)
     return;
   if (reshape_debug_tune)
@@ -521,7 +541,6 @@ judge_rung (struct tune *t)
     k->knee_ns = block;
     k->knee_base_ns = base;
   }
-  k->queued = queued (t);
   if (!ladder_done (t, base))
     next_rung (k);
 }
@@ -544,7 +563,7 @@ tune_stream_fetch (struct tune *t, uint32_t count, uint64_t cap,
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
   struct ladder *k = &t->ladder;
-  double base, block;
+  double base, block, ratio;
   unsigned pending;
 
   *f = (struct tune_fetch) { .size = 0 };
@@ -566,15 +585,18 @@ tune_stream_fetch (struct tune *t, uint32_t count, uint64_t cap,
   f->alone = true;
   /* Not at the stream's start, when its reads pile up at the plugin,
    * nor too many at once: those sent together meet different queues.
-   * Meanwhile, blocks known to be flat, if the plugin is busy.
+   * Meanwhile, if the plugin is busy, blocks of the rung tried: a busy
+   * plugin's reads cost it work, and a block of a rung found flat or
+   * not (past a cluster) costs no more work per byte than the reads it
+   * stands for.
    */
   if (k->warmup < WARMUP || k->sent >= 2 * PAIRS ||
       (k->sent % 2 == 0 &&
-       (pairs_back (k, &base, &block, &pending), pending) >=
+       (pairs_back (k, &base, &block, &ratio, &pending), pending) >=
        PAIRS_AT_ONCE)) {
     k->warmup++;
-    if (k->queued && k->flat > count)
-      f->size = k->flat;
+    if (queued (t))
+      f->size = k->rung;
     return;
   }
   /* Base or block first, in turn: whichever is sent first may meet a
