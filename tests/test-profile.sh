@@ -48,12 +48,13 @@ p=$(told "$MODEL" size=64M latency=300ms $calls reshape-profile="$prof")
 test "$p" = "$first" || fail "another plugin was told $p from the profile"
 echo "another plugin of the same size: told $p, as if nothing was learnt"
 
-# Two servers sharing the file: each learns its own, both kept.
+# Two servers sharing the file: each learns its own, both kept.  (256M
+# each: a loaded machine may need more than 64M to learn in.)
 start_server "$tmp/a.sock" "$tmp/a.pid" --filter="$FILTER" "$MODEL" \
   $clusters $calls reshape-profile="$prof"
 start_server "$tmp/b.sock" "$tmp/b.pid" --filter="$FILTER" "$MODEL" \
-  size=64M latency=100us cluster=2M decode=6ms decoders=1 prefault=true \
-  reshape-profile="$prof"
+  size=256M latency=100us cluster=2M decode=6ms decoders=1 \
+  prefault=true reshape-profile="$prof"
 $stream "$tmp/a.sock" 262144 16 >/dev/null
 $stream "$tmp/b.sock" 262144 16 >/dev/null
 stop_servers
