@@ -14,7 +14,8 @@ import os
 import sys
 
 d = sys.argv[1]
-PLUGINS = ["lat1", "objstore", "clu64k", "clu2m", "zero", "serial"]
+PLUGINS = ["lat1", "objstore", "clu64k", "clu2m", "zero", "serial",
+           "qcow2dec", "qemu-nbd", "curl"]
 CLIENTS = ["nbdcopy", "nbdcopy4k", "convert-from", "convert-to", "naive",
            "rand1", "rand32"]
 DESC = {
@@ -24,6 +25,12 @@ DESC = {
     "clu2m": "2M clusters, 8 ms decode, 2 decoders",
     "zero": "no latency",
     "serial": "1 ms + 400 MB/s, serialized",
+    "qcow2dec": "nbdkit's qcow2dec filter over the file plugin, a 1G "
+                "compressed qcow2 with 2M clusters",
+    "qemu-nbd": "qemu-nbd serving a 256M compressed qcow2 with 2M "
+                "clusters, through the nbd plugin",
+    "curl": "the curl plugin, an HTTP server answering each request "
+            "after 20 ms, then at 100 MB/s; 128M",
 }
 
 cells = {}
@@ -54,13 +61,11 @@ def meets(vn, vb):
 
 md = ["# reshape-size=auto: the default against no filter and fixed sizes",
       "",
-      "Each cell: median of the runs (s); *vs none* is the default's speed-up",
-      "over no filter (goal >= 0.95), *vs best* the default's time over",
-      "the best fixed reshape-size's (goal <= 1.2).  *profile* is the",
-      "default with reshape-profile=FILE learnt by an untimed run of the",
-      "same cell before (no probe at the first connection); *p/none* and",
-      "*p/best* are its two numbers (not the goals', which are the",
-      "default's).", ""]
+      "Each cell: median of the runs (s), every cell's setups run in",
+      "alternation; *vs none* is the default's speed-up over no filter",
+      "(goal >= 0.95), *vs best* the default's time over the best fixed",
+      "reshape-size's (goal <= 1.2).  Every run is a fresh nbdkit: the",
+      "default learns during the run itself.", ""]
 fails = 0
 pfails = 0
 for p in PLUGINS:
@@ -69,7 +74,9 @@ for p in PLUGINS:
         continue
     setups = [k for k in rows[0][1] if all(k in t for _, t in rows)]
     warm = "profile" in setups
-    md += ["## %s: %s" % (p, DESC.get(p, "")), "",
+    vf = os.path.join(d, p + ".version")
+    ver = " (%s)" % open(vf).read().strip() if os.path.exists(vf) else ""
+    md += ["## %s: %s%s" % (p, DESC.get(p, ""), ver), "",
            "| client | " + " | ".join(setups) + " | vs none | best | vs best |"
            + (" p/none | p/best |" if warm else ""),
            "|---|" + "---:|" * (len(setups) + 3 + 2 * warm)]

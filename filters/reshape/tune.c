@@ -76,6 +76,7 @@ NBDKIT_DLL_PUBLIC int reshape_debug_tune;
 #define RECENT 16                       /* calls a moving average spans */
 #define CLEAR_FLAT 1.25                 /* ... clearly not: decide now */
 #define LADDER_MAX (8 * 1024 * 1024)    /* the largest rung */
+#define BASE_MAX (1024 * 1024)          /* reads learnt from, below */
 #define PREFERRED_CAP (8 * 1024 * 1024)
 #define FAST_PREFERRED (64 * 1024)
 #define EXPORTS_MAX 64                  /* exports remembered */
@@ -574,8 +575,12 @@ tune_stream_fetch (struct tune *t, uint32_t count, uint64_t cap,
   }
   k->cap = cap = min_u64 (cap, LADDER_MAX);
   if (k->rung == 0) {
-    if (pow2_floor (count) * 2 > cap)
-      return;                           /* no room to learn in */
+    /* Reads of BASE_MAX or more are large already (qemu-img convert
+     * reads 2M): no room left to learn in that would pay for the
+     * learning's blocks.
+     */
+    if (count >= BASE_MAX || pow2_floor (count) * 2 > cap)
+      return;
     k->base = class_of (count);
     k->flat = class_bytes (k->base);
     next_rung (k);
