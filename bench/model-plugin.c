@@ -19,7 +19,9 @@
  * first-touch=TIME makes the first request to touch each 2M region
  * wait TIME, once (memory faulted in a huge page at a time), and
  * jitter=TIME adds to every request's latency a wait drawn evenly from
- * 0 to TIME (a disk's seeks, a network), from seed=N (default 1).
+ * 0 to TIME (a disk's seeks, a network), from seed=N (default 1), and
+ * lanes=N serves N requests at once, the others waiting their turn (a
+ * backend behind a pool of N connections).
  * Reads of a 2M region never written return zeros without touching
  * the disk's memory, and prefault=true allocates that memory at start
  * (for writes), so that the machine's own page faults (milliseconds
@@ -59,6 +61,10 @@ static uint64_t cluster;            /* bytes, 0 = no clusters */
 static uint64_t decode_ns;          /* per cluster touched by a read */
 static unsigned decoders;           /* at once, 0 = no limit */
 static unsigned decoding;
+static unsigned lanes;              /* requests served at once, 0: all */
+static unsigned in_lane;
+static pthread_mutex_t lane_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t lane_free = PTHREAD_COND_INITIALIZER;
 static pthread_mutex_t decoder_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t decoder_free = PTHREAD_COND_INITIALIZER;
 static char *calls_file;
@@ -141,6 +147,10 @@ model_config (const char *key, const char *value)
   }
   else if (strcmp (key, "decoders") == 0) {
     if (nbdkit_parse_unsigned (key, value, &decoders) == -1)
+      return -1;
+  }
+  else if (strcmp (key, "lanes") == 0) {
+    if (nbdkit_parse_unsigned (key, value, &lanes) == -1)
       return -1;
   }
   else if (strcmp (key, "serialize") == 0) {
@@ -328,6 +338,28 @@ jitter (void)
   return x % (jitter_ns + 1);
 }
 
+/* lanes=N: a backend that serves N requests at once (a pool of N
+ * connections behind it), the others wait.
+ */
+static void
+lane_take (void)
+{
+  pthread_mutex_lock (&lane_lock);
+  while (lanes && in_lane >= lanes)
+    pthread_cond_wait (&lane_free, &lane_lock);
+  in_lane++;
+  pthread_mutex_unlock (&lane_lock);
+}
+
+static void
+lane_give (void)
+{
+  pthread_mutex_lock (&lane_lock);
+  in_lane--;
+  pthread_cond_signal (&lane_free);
+  pthread_mutex_unlock (&lane_lock);
+}
+
 static int
 wait_for (uint32_t count, uint64_t *counter)
 {
@@ -340,7 +372,9 @@ wait_for (uint32_t count, uint64_t *counter)
   if (bandwidth)
     ns += (uint64_t) count * 1000000000 / bandwidth;
   note_inflight ();
+  lane_take ();
   r = ns ? nbdkit_nanosleep (ns / 1000000000, ns % 1000000000) : 0;
+  lane_give ();
   __atomic_sub_fetch (&inflight, 1, __ATOMIC_RELAXED);
   return r;
 }
@@ -543,7 +577,7 @@ static struct nbdkit_plugin plugin = {
                        "cluster=SIZE decode=TIME decoders=N "
                        "serialize=BOOL calls=FILE bad-offset=SIZE "
                        "bad-length=SIZE bad-file=FILE first-touch=TIME "
-                       "jitter=TIME seed=N prefault=BOOL file=FILE",
+                       "jitter=TIME seed=N lanes=N prefault=BOOL file=FILE",
   .get_ready         = model_get_ready,
   .unload            = model_unload,
   .thread_model      = model_thread_model,

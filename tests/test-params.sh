@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
-# Every bad parameter value is refused at start-up with a message that
-# names the parameter and the accepted range, and nbdkit exits non-zero.
+# Every bad parameter value is refused at start-up with exactly one
+# error line, which names the parameter, the value given and what is
+# accepted, and nbdkit exits non-zero.
 source "$srcdir/functions.sh"
 requires nbdkit --version
 
 # bad KEY=VALUE EXPECTED-TEXT
 bad ()
 {
-  local param=$1 want=$2
+  local param=$1 want=$2 n
   if nbdkit_reshape null 1M "$param" --run true > "$tmp/out" 2>&1; then
     fail "$param was accepted"
   fi
+  n=$(grep -c 'error' "$tmp/out")
+  test "$n" = 1 || fail "$param: $n error lines: $(cat "$tmp/out")"
   grep -q -- "${param%%=*}" "$tmp/out" ||
     fail "$param: message does not name the parameter: $(cat "$tmp/out")"
+  case $param in
+    reshape-stats=*|reshape-sise=*) ;;
+    *) grep -qF -- "'${param#*=}'" "$tmp/out" ||
+         fail "$param: message does not name the value: $(cat "$tmp/out")" ;;
+  esac
   grep -q -- "$want" "$tmp/out" ||
     fail "$param: message lacks '$want': $(cat "$tmp/out")"
-  echo "refused as expected: $param: $(grep -m1 reshape "$tmp/out")"
+  echo "refused as expected: $param: $(cat "$tmp/out")"
 }
 good ()
 {
@@ -32,6 +40,10 @@ bad reshape-min=3            "power of 2 from 1 to 64K"
 bad reshape-min=128K         "power of 2 from 1 to 64K"
 bad reshape-max=256          "from 512 to 4G-1"
 bad reshape-max=4G           "from 512 to 4G-1"
+bad reshape-max=1.5M         "from 512 to 4G-1"
+bad reshape-maxdata=100      "from 512 to 4G-1"
+bad reshape-maxlen=5G        "from 512 to 4G-1"
+bad reshape-maxlen=big       "from 512 to 4G-1"
 bad reshape-pool=1K          "from 64K to 1T"
 bad reshape-sndbuf=1         "'off' or a size from 4K to 256M"
 bad reshape-sndbuf=1G        "'off' or a size from 4K to 256M"
@@ -39,10 +51,13 @@ bad reshape-sndbuf=maybe     "'off' or a size from 4K to 256M"
 bad reshape-stats=/nonexistent/dir/stats "cannot write"
 bad reshape-parallel=0       "a number from 1 to 64"
 bad reshape-parallel=65      "a number from 1 to 64"
-bad reshape-parallel=1x      "is not a number; accepted: a number from 1 to 64"
+bad reshape-parallel=1x      "accepted: a number from 1 to 64"
+bad reshape-parallel=abc     "accepted: a number from 1 to 64"
+bad reshape-parallel=4K      "accepted: a number from 1 to 64"
 bad reshape-readahead=32K     "'off' or a size from 64K to 64M"
 bad reshape-readahead=128M    "'off' or a size from 64K to 64M"
-bad reshape-merge=perhaps     "accepted: true or false"
+bad reshape-merge=perhaps     "accepted: true or false (also on/off, yes/no, 1/0)"
+bad reshape-merge=maybe       "accepted: true or false (also on/off, yes/no, 1/0)"
 bad reshape-writeback=2       "accepted: true or false"
 bad reshape-sise=1M          "unknown parameter"
 
@@ -53,6 +68,9 @@ good reshape-parallel=64 reshape-readahead=off
 good reshape-readahead=64K reshape-merge=true
 good reshape-merge=off reshape-writeback=true
 good reshape-writeback=false
+good reshape-writeback=on reshape-merge=No
+good reshape-maxdata=32M reshape-maxlen=4294967295 reshape-pool=1t
+good reshape-max=1M reshape-maxlen=64K reshape-size=2048s
 good reshape-readahead=64M
 good reshape-sndbuf=0
 good reshape-sndbuf=2M reshape-stats="$tmp/stats"
@@ -75,6 +93,12 @@ if nbdkit -U - --filter="$FILTER" --filter=blocksize-policy memory 1M \
   fail "reshape-max below the minimum block size was accepted"
 fi
 grep -q "reshape-max: the cap" "$tmp/out" || fail "$(cat "$tmp/out")"
+if nbdkit -U - --filter="$FILTER" --filter=blocksize-policy memory 1M \
+     blocksize-minimum=4096 reshape-maxlen=1K \
+     --run 'nbdinfo "$uri"' > "$tmp/out" 2>&1; then
+  fail "reshape-maxlen below the minimum block size was accepted"
+fi
+grep -q "reshape-maxlen: the cap" "$tmp/out" || fail "$(cat "$tmp/out")"
 
 # Twice in one stack: refused with a clear message.
 if nbdkit --filter="$FILTER" --filter="$FILTER" null 1M --run true \

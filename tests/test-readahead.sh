@@ -111,3 +111,26 @@ print(\"a stream over refused staged writes read right\")
 lost=$(awk '/^readahead fills not kept/ {print $NF}' "$tmp/stats")
 echo "readahead fills not kept: $lost"
 test "$lost" -ge 1 || fail "no window over refused staged writes was given up"
+
+# A cache request (NBD_CMD_CACHE, what nbdkit's scan filter sends ahead
+# of its client) reads its range into the cache: the client's reads
+# there then cost the plugin nothing.  Plugin reads counted by the log
+# filter; data checked.
+nbdkit -U - --filter="$FILTER" --filter=log --filter=delay pattern 8M \
+  delay-read=1ms logfile="$tmp/cache.log" \
+  --run 'nbdsh -u "$uri" -c "
+import struct
+assert h.can_cache()
+h.cache(2 << 20, 1 << 20)
+for off in range(1 << 20, 3 << 20, 65536):
+    buf = h.pread(65536, off)
+    assert buf[:8] == struct.pack(\">Q\", off) and \
+        buf[-8:] == struct.pack(\">Q\", off + 65528), off
+"'
+n=0
+for o in $(sed -n 's/.* Read id=[0-9]* offset=\(0x[0-9a-f]*\) .*/\1/p' \
+             "$tmp/cache.log"); do
+  [ $((o)) -ge 1048576 ] && [ $((o)) -lt 3145728 ] && n=$((n + 1))
+done
+echo "cache request of 2M, then 32 reads there: $n plugin reads there"
+test "$n" -le 2 || fail "the cache request did not fill the cache ($n reads)"

@@ -65,7 +65,7 @@ check (const struct geometry geo, uint64_t offset, uint64_t count,
   uint32_t cut = step < geo.max ? step : geo.max;
 
   cut -= cut % geo.min;
-  walk_init (&w, &geo, offset, count, step);
+  walk_init (&w, &geo, offset, count, step, geo.max);
   while (walk_next (&w, &p)) {
     CHECK (p.offset == pos);
     CHECK (p.count > 0 && p.count <= geo.max);

@@ -6,6 +6,11 @@
  * from what its plugin advertises.  Parameters compose rather than
  * conflict: the stricter alignment and the smaller cap win, and a cap
  * below the optimal size lowers the size.
+ *
+ * Values are parsed here, silently, so that a bad one gets exactly one
+ * error line, which names the parameter, the value and what is
+ * accepted (nbdkit's own parsers print a line of their own that names
+ * no parameter).
  */
 
 #include <config.h>
@@ -47,57 +52,156 @@ struct params reshape_cfg = {
   .pool = 64 * MiB, .parallel = 16, .readahead = 8 * MiB,
 };
 
-/* Parse a size and check its range; the error names the parameter. */
-static int
-parse_size (const char *key, const char *value,
-            uint64_t lo, uint64_t hi, const char *range,
-            bool power_of_2, uint64_t *out)
+/* A number with an optional scale suffix (nbdkit's own: b, k, m, g,
+ * t, p, e in either case, s for 512-byte sectors), no more than max.
+ */
+static bool
+silent_size (const char *s, uint64_t max, uint64_t *out)
 {
-  int64_t r = nbdkit_parse_size (value);
+  static const char suffixes[] = "bkmgtpe";
+  uint64_t v = 0, scale = 1;
+  const char *p;
 
-  if (r == -1) {
-    nbdkit_error ("%s: cannot parse '%s'; accepted: %s", key, value, range);
-    return -1;
+  if (*s < '0' || *s > '9')
+    return false;
+  for (; *s >= '0' && *s <= '9'; s++) {
+    if (v > (max - (*s - '0')) / 10)
+      return false;
+    v = v * 10 + (*s - '0');
   }
-  if ((uint64_t) r < lo || (uint64_t) r > hi ||
-      (power_of_2 && !is_power_of_2 (r))) {
-    nbdkit_error ("%s: '%s' is out of range; accepted: %s",
-                  key, value, range);
-    return -1;
+  if (*s == 's' || *s == 'S')
+    scale = 512, s++;
+  else if (*s && (p = strchr (suffixes, *s | 0x20)) != NULL) {
+    for (; p > suffixes; p--)
+      scale *= 1024;
+    s++;
   }
-  *out = r;
-  return 0;
+  if (*s || (v && scale > max / v))
+    return false;
+  *out = v * scale;
+  return true;
 }
 
+/* nbdkit's booleans, the same words. */
 static int
-parse_bool (const char *key, const char *value, bool *out)
+silent_bool (const char *s)
 {
-  int b = nbdkit_parse_bool (value);
+  static const char *const yes[] = { "1", "true", "t", "yes", "y", "on" };
+  static const char *const no[] = { "0", "false", "f", "no", "n", "off" };
+  size_t i;
 
-  if (b == -1) {
-    nbdkit_error ("%s: '%s' is not a boolean; accepted: true or false",
-                  key, value);
-    return -1;
+  for (i = 0; i < sizeof yes / sizeof *yes; i++) {
+    if (strcasecmp (s, yes[i]) == 0)
+      return 1;
+    if (strcasecmp (s, no[i]) == 0)
+      return 0;
   }
-  *out = b;
-  return 0;
+  return -1;
 }
 
-static int
-params_sndbuf (const char *key, const char *value)
-{
-  uint64_t v;
+#define BOOLS "true or false (also on/off, yes/no, 1/0)"
 
-  reshape_cfg.sndbuf_set = true;
-  if (strcasecmp (value, "off") == 0 || strcmp (value, "0") == 0) {
-    reshape_cfg.sndbuf = 0;
+/* The parameters that take a value of a form: a size (with nbdkit's
+ * suffixes) or a count in [lo, hi], a power of 2 if pow2, or word
+ * (meaning 0); or a boolean (hi 0).  accepted: what the error says.
+ */
+enum param_id {
+  P_SIZE, P_MIN, P_MAX, P_MAXDATA, P_MAXLEN, P_POOL, P_PARALLEL,
+  P_READAHEAD, P_MERGE, P_WRITEBACK, P_SNDBUF, P_NUMERIC
+};
+static const struct form {
+  const char *key;
+  const char *word;
+  uint64_t lo, hi;
+  bool pow2, count;
+  const char *accepted;
+} forms[P_NUMERIC] = {
+  [P_SIZE] = { "reshape-size", "auto", 4 * KiB, 32 * MiB, true, false,
+               "'auto' or a power of 2 from 4K to 32M" },
+  [P_MIN] = { "reshape-min", NULL, 1, 64 * KiB, true, false,
+              "a power of 2 from 1 to 64K" },
+  [P_MAX] = { "reshape-max", NULL, 512, 4 * GiB - 1, false, false,
+              "a size from 512 to 4G-1" },
+  [P_MAXDATA] = { "reshape-maxdata", NULL, 512, 4 * GiB - 1, false, false,
+                  "a size from 512 to 4G-1" },
+  [P_MAXLEN] = { "reshape-maxlen", NULL, 512, 4 * GiB - 1, false, false,
+                 "a size from 512 to 4G-1" },
+  [P_POOL] = { "reshape-pool", NULL, 64 * KiB, 1024 * GiB, false, false,
+               "a size from 64K to 1T" },
+  [P_PARALLEL] = { "reshape-parallel", NULL, 1, PARALLEL_MAX, false, true,
+                   "a number from 1 to 64" },
+  [P_READAHEAD] = { "reshape-readahead", "off", 64 * KiB, 64 * MiB, false,
+                    false, "'off' or a size from 64K to 64M" },
+  [P_MERGE] = { "reshape-merge", NULL, 0, 0, false, false, BOOLS },
+  [P_WRITEBACK] = { "reshape-writeback", NULL, 0, 0, false, false, BOOLS },
+  [P_SNDBUF] = { "reshape-sndbuf", "off", 4 * KiB, 256 * MiB, false, false,
+                 "'off' or a size from 4K to 256M" },
+};
+
+/* value in form f; -1 with the one error line if it is not. */
+static int
+parse_form (const struct form *f, const char *value, uint64_t *out)
+{
+  int b;
+
+  if (f->hi == 0) {                     /* a boolean */
+    if ((b = silent_bool (value)) == -1)
+      goto bad;
+    *out = b;
     return 0;
   }
-  if (parse_size (key, value, 4 * KiB, 256 * MiB,
-                  "'off' or a size from 4K to 256M", false, &v) == -1)
-    return -1;
-  reshape_cfg.sndbuf = v;
+  if (f->word && (strcasecmp (value, f->word) == 0 ||
+                  strcmp (value, "0") == 0)) {
+    *out = 0;
+    return 0;
+  }
+  if (f->count ? strspn (value, "0123456789") != strlen (value) : false)
+    goto bad;
+  if (!silent_size (value, f->hi, out) || *out < f->lo ||
+      (f->pow2 && !is_power_of_2 (*out)))
+    goto bad;
   return 0;
+ bad:
+  nbdkit_error ("%s: '%s' is not accepted; accepted: %s", f->key, value,
+                f->accepted);
+  return -1;
+}
+
+/* Which parameter set the data cap and the other one (the errors name
+ * it).
+ */
+static const char *maxdata_key, *maxlen_key;
+
+/* Set the parameter id to v (parsed). */
+static void
+set_numeric (enum param_id id, uint64_t v)
+{
+  switch (id) {
+  case P_SIZE: reshape_cfg.size = v; break;
+  case P_MIN: reshape_cfg.min = v; break;
+  case P_MAX:
+    reshape_cfg.maxdata = reshape_cfg.maxlen = v;
+    maxdata_key = maxlen_key = forms[id].key;
+    break;
+  case P_MAXDATA:
+    reshape_cfg.maxdata = v;
+    maxdata_key = forms[id].key;
+    break;
+  case P_MAXLEN:
+    reshape_cfg.maxlen = v;
+    maxlen_key = forms[id].key;
+    break;
+  case P_POOL: reshape_cfg.pool = v; break;
+  case P_PARALLEL: reshape_cfg.parallel = v; break;
+  case P_READAHEAD: reshape_cfg.readahead = v; break;
+  case P_MERGE: reshape_cfg.merge = v; break;
+  case P_WRITEBACK: reshape_cfg.writeback = v; break;
+  case P_SNDBUF:
+    reshape_cfg.sndbuf_set = true;
+    reshape_cfg.sndbuf = v;
+    break;
+  case P_NUMERIC: abort ();
+  }
 }
 
 /* A file parameter, as an absolute path (nbdkit may change directory). */
@@ -106,99 +210,58 @@ params_file (char **out, const char *value)
 {
   free (*out);
   *out = nbdkit_absolute_path (value);
-  return *out ? 0 : -1;
+  return *out ? 1 : -1;
 }
 
 int
 params_key (const char *key, const char *value)
 {
+  unsigned id;
   uint64_t v;
 
-  if (strcmp (key, "reshape-size") == 0) {
-    if (strcasecmp (value, "auto") == 0)
-      reshape_cfg.size = 0;
-    else if (parse_size (key, value, 4 * KiB, 32 * MiB,
-                         "'auto' or a power of 2 from 4K to 32M", true,
-                         &v) == -1)
-      return -1;
-    else
-      reshape_cfg.size = v;
-  }
-  else if (strcmp (key, "reshape-min") == 0) {
-    if (parse_size (key, value, 1, 64 * KiB,
-                    "a power of 2 from 1 to 64K", true, &v) == -1)
-      return -1;
-    reshape_cfg.min = v;
-  }
-  else if (strcmp (key, "reshape-max") == 0) {
-    if (parse_size (key, value, 512, 4 * GiB - 1,
-                    "a size from 512 to 4G-1", false, &v) == -1)
-      return -1;
-    reshape_cfg.max = v;
-  }
-  else if (strcmp (key, "reshape-pool") == 0) {
-    if (parse_size (key, value, 64 * KiB, 1024 * GiB,
-                    "a size from 64K to 1T", false, &v) == -1)
-      return -1;
-    reshape_cfg.pool = v;
-  }
-  else if (strcmp (key, "reshape-parallel") == 0) {
-    unsigned n;
-    const bool parsed = nbdkit_parse_unsigned (key, value, &n) == 0;
-    if (!parsed || n < 1 || n > PARALLEL_MAX) {
-      nbdkit_error ("reshape-parallel: '%s' is %s; accepted: a number "
-                    "from 1 to %d", value,
-                    parsed ? "out of range" : "not a number", PARALLEL_MAX);
-      return -1;
+  for (id = 0; id < P_NUMERIC; id++)
+    if (strcmp (key, forms[id].key) == 0) {
+      if (parse_form (&forms[id], value, &v) == -1)
+        return -1;
+      set_numeric (id, v);
+      return 1;
     }
-    reshape_cfg.parallel = n;
-  }
-  else if (strcmp (key, "reshape-readahead") == 0) {
-    if (strcasecmp (value, "off") == 0 || strcmp (value, "0") == 0)
-      reshape_cfg.readahead = 0;
-    else if (parse_size (key, value, 64 * KiB, 64 * MiB,
-                         "'off' or a size from 64K to 64M", false, &v) == -1)
-      return -1;
-    else
-      reshape_cfg.readahead = v;
-  }
-  else if (strcmp (key, "reshape-merge") == 0)
-    return parse_bool (key, value, &reshape_cfg.merge) == -1 ? -1 : 1;
-  else if (strcmp (key, "reshape-writeback") == 0)
-    return parse_bool (key, value, &reshape_cfg.writeback) == -1 ? -1 : 1;
-  else if (strcmp (key, "reshape-sndbuf") == 0)
-    return params_sndbuf (key, value) == -1 ? -1 : 1;
-  else if (strcmp (key, "reshape-stats") == 0)
-    return params_file (&reshape_cfg.stats_file, value) == -1 ? -1 : 1;
-  else if (strcmp (key, "reshape-profile") == 0)
-    return params_file (&reshape_cfg.profile_file, value) == -1 ? -1 : 1;
-  else if (strncmp (key, "reshape-", 8) == 0) {
+  if (strcmp (key, "reshape-stats") == 0)
+    return params_file (&reshape_cfg.stats_file, value);
+  if (strcmp (key, "reshape-profile") == 0)
+    return params_file (&reshape_cfg.profile_file, value);
+  if (strncmp (key, "reshape-", 8) == 0) {
     /* A typo must not silently reach the plugin as its own parameter. */
     nbdkit_error ("unknown parameter '%s'; the reshape filter takes "
-                  "reshape-size, reshape-min, reshape-max, reshape-pool, "
-                  "reshape-parallel, reshape-readahead, reshape-merge, "
-                  "reshape-writeback, reshape-sndbuf, reshape-stats and "
-                  "reshape-profile", key);
+                  "reshape-size, -min, -max, -maxdata, -maxlen, -pool, "
+                  "-parallel, -readahead, -merge, -writeback, -sndbuf, "
+                  "-stats and -profile", key);
     return -1;
   }
-  else
+  return 0;
+}
+
+/* A cap below reshape-min: -1 with the error. */
+static int
+check_cap (const char *key, uint32_t cap)
+{
+  if (cap == 0 || reshape_cfg.min == 0 || cap >= reshape_cfg.min)
     return 0;
-  return 1;
+  nbdkit_error ("%s: %" PRIu32 " is below reshape-min (%" PRIu32 "); "
+                "accepted: a cap of at least the minimum block size",
+                key, cap, reshape_cfg.min);
+  return -1;
 }
 
 int
 params_complete (void)
 {
   /* The plugin's own minimum is known only per connection (see
-   * params_limits); the user's two values can be checked now.
+   * params_limits); the user's values can be checked now.
    */
-  if (reshape_cfg.min && reshape_cfg.max &&
-      reshape_cfg.max < reshape_cfg.min) {
-    nbdkit_error ("reshape-max: %" PRIu32 " is below reshape-min (%" PRIu32
-                  "); accepted: a cap of at least the minimum block size",
-                  reshape_cfg.max, reshape_cfg.min);
+  if (check_cap (maxdata_key, reshape_cfg.maxdata) == -1 ||
+      check_cap (maxlen_key, reshape_cfg.maxlen) == -1)
     return -1;
-  }
   /* Fail now, not at exit, if the report cannot be written. */
   if (reshape_cfg.stats_file) {
     FILE *fp = fopen (reshape_cfg.stats_file, "w");
@@ -240,6 +303,26 @@ preferred_pow2 (uint64_t v)
                   NBD_PREFERRED_MAX);
 }
 
+/* The smaller of the plugin's maximum and the parameter's (0: none),
+ * in whole minimum blocks.
+ */
+static int
+cap (uint32_t pmax, uint32_t given, uint32_t min, const char *key,
+     uint32_t *out)
+{
+  uint64_t c = pmax ? pmax : UINT32_MAX;
+
+  if (given)
+    c = min_u64 (c, given);
+  *out = round_down (c, min);
+  if (*out == 0) {
+    nbdkit_error ("%s: the cap (%" PRIu64 ") is below the plugin's "
+                  "minimum block size (%" PRIu32 ")", key, c, min);
+    return -1;
+  }
+  return 0;
+}
+
 int
 params_limits (nbdkit_next *next, struct geometry *geo, uint32_t *ppref)
 {
@@ -261,16 +344,13 @@ params_limits (nbdkit_next *next, struct geometry *geo, uint32_t *ppref)
    */
   geo->exportsize = round_down (exportsize, geo->min);
 
-  geo->max = pmax ? pmax : UINT32_MAX;
-  if (reshape_cfg.max)
-    geo->max = min_u64 (geo->max, reshape_cfg.max);
-  geo->max -= geo->max % geo->min;
-  if (geo->max == 0) {
-    nbdkit_error ("reshape-max: the cap (%" PRIu32 ") is below the "
-                  "plugin's minimum block size (%" PRIu32 ")",
-                  reshape_cfg.max ? reshape_cfg.max : pmax, geo->min);
+  if (cap (pmax, reshape_cfg.maxdata, geo->min,
+           maxdata_key ? maxdata_key : "reshape-maxdata",
+           &geo->max) == -1 ||
+      cap (pmax, reshape_cfg.maxlen, geo->min,
+           maxlen_key ? maxlen_key : "reshape-maxlen",
+           &geo->maxlen) == -1)
     return -1;
-  }
   geo->size = geo->max;           /* until params_sizes */
   return 0;
 }
@@ -320,7 +400,8 @@ params_sizes (struct geometry *geo, uint32_t ppref, uint32_t learnt_unit,
 
   nbdkit_debug ("reshape: plugin advertises preferred %" PRIu32
                 "; requests to it: aligned to %" PRIu32
-                ", cut at %" PRIu32 ", at most %" PRIu32
-                "; clients are told to prefer %" PRIu32,
-                ppref, geo->min, geo->size, geo->max, *preferred);
+                ", cut at %" PRIu32 ", at most %" PRIu32 " with data, %"
+                PRIu32 " without; clients are told to prefer %" PRIu32,
+                ppref, geo->min, geo->size, geo->max, geo->maxlen,
+                *preferred);
 }

@@ -29,7 +29,9 @@
 struct params {
   uint32_t size;            /* reshape-size, 0 = auto */
   uint32_t min;             /* reshape-min, 0 = the plugin's minimum */
-  uint32_t max;             /* reshape-max, 0 = the plugin's maximum */
+  uint32_t maxdata;         /* reshape-maxdata (or -max), 0: the
+                               plugin's maximum */
+  uint32_t maxlen;          /* reshape-maxlen (or -max), 0: ditto */
   bool sndbuf_set;          /* reshape-sndbuf given */
   uint32_t sndbuf;          /* if given: the size, 0 = off */
   uint64_t pool;            /* reshape-pool: buffer memory cap */
@@ -69,6 +71,8 @@ extern void params_sizes (struct geometry *geo, uint32_t ppref,
   "reshape-size=auto|SIZE  Optimal request size (default: learnt).\n" \
   "reshape-min=SIZE     Alignment the plugin needs.\n" \
   "reshape-max=SIZE     Largest request sent to the plugin.\n" \
+  "reshape-maxdata=SIZE Largest read or write sent to the plugin.\n" \
+  "reshape-maxlen=SIZE  Largest zero, trim, cache or extents request.\n" \
   "reshape-pool=SIZE    Cap on the filter's buffer memory (default 64M).\n" \
   "reshape-parallel=N   Pieces of one request run at once (default 16).\n" \
   "reshape-readahead=SIZE|off  Largest readahead window (default 8M).\n" \

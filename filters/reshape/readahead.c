@@ -638,3 +638,25 @@ readahead_fetch_ahead (struct readahead *ra, struct cache *cache,
   stats_add (C_RA_AHEAD, 1);
   fill_begun (ra, cache, io, down, &ahead->f, NULL, 0, 0, NULL, &ignored);
 }
+
+int
+readahead_cache (struct readahead *ra, struct cache *cache,
+                 const struct io *io, const struct down *down,
+                 uint32_t count, uint64_t offset)
+{
+  const struct geometry *geo = io->geo;
+  const uint64_t chunk = max_u64 (window_cap (geo), geo->min);
+  const uint64_t end = min_u64 (round_up (offset + count, geo->min),
+                                geo->exportsize);
+  uint64_t lo = round_down (offset, geo->min);
+  int ignored;                          /* advice: no client's error */
+  struct cache_fill f;
+
+  for (; lo < end; lo = f.hi) {
+    if (!cache_fill_begin (cache, &f, lo, min_u64 (lo + chunk, end), lo))
+      break;
+    stats_add (C_RA_CACHED, f.hi - f.lo);
+    fill_begun (ra, cache, io, down, &f, NULL, 0, 0, NULL, &ignored);
+  }
+  return 0;
+}

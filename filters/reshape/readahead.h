@@ -55,4 +55,13 @@ extern void readahead_fetch_ahead (struct readahead *ra, struct cache *cache,
                                    const struct down *down,
                                    struct ra_ahead *ahead);
 
+/* A client's cache request (NBD_CMD_CACHE, as nbdkit's scan and
+ * readahead filters send ahead of their clients): its range read into
+ * the cache, in windows, as far as the budget allows.  It is advice:
+ * what is not read, or fails, costs the client nothing (always 0).
+ */
+extern int readahead_cache (struct readahead *ra, struct cache *cache,
+                            const struct io *io, const struct down *down,
+                            uint32_t count, uint64_t offset);
+
 #endif /* NBDKIT_RESHAPE_READAHEAD_H */

@@ -15,7 +15,8 @@
  *   zero,    write-back: staged writes there first
  *   trim     split; then every cache forgets the range
  *   extents  write-back: staged writes there first; split
- *   cache    split
+ *   cache    readahead: read into the cache, if there is one
+ *            split
  *   flush    write-back: everything staged before it; the plugin's
  *            flush
  *
@@ -435,15 +436,33 @@ reshape_trim (nbdkit_next *next, void *handle, uint32_t count,
   return r;
 }
 
+/* With a read cache, cache requests fill it (so that nbdkit's scan
+ * filter above helps whatever the plugin): the filter caches natively.
+ */
+static int
+reshape_can_cache (nbdkit_next *next, void *handle)
+{
+  struct handle *h = handle;
+
+  if (h->cache)
+    return NBDKIT_CACHE_NATIVE;
+  return next->can_cache (next);
+}
+
 static int
 reshape_cache (nbdkit_next *next, void *handle, uint32_t count,
                uint64_t offset, uint32_t flags, int *err)
 {
+  struct handle *h = handle;
   struct call c;
+  struct down d;
 
   stats_client (OP_CACHE, count);
-  call_init (&c, next, handle);
-  return split_cache (&c.io, count, offset, flags, err);
+  call_init (&c, next, h);
+  if (h->cache == NULL)
+    return split_cache (&c.io, count, offset, flags, err);
+  down_init (&d, &c);
+  return readahead_cache (&h->ra, h->cache, &c.io, &d, count, offset);
 }
 
 static int
@@ -514,6 +533,7 @@ static struct nbdkit_filter filter = {
   .pwrite            = reshape_pwrite,
   .zero              = reshape_zero,
   .trim              = reshape_trim,
+  .can_cache         = reshape_can_cache,
   .cache             = reshape_cache,
   .extents           = reshape_extents,
   .flush             = reshape_flush,

@@ -64,6 +64,7 @@ struct op {
   char *rbuf;                 /* pread */
   const char *wbuf;           /* pwrite */
   uint32_t flags;             /* flags for each piece */
+  uint32_t cap;               /* no piece larger: maxdata or maxlen */
   bool write;                 /* pieces take block-range locks */
   bool timed;                 /* data pieces: tell tune.c their cost */
   bool own;                   /* the filter's own read, no client's */
@@ -285,7 +286,7 @@ run_pieces (const struct op *o, uint64_t offset, uint64_t count,
                             .requester = pthread_self () };
   unsigned helpers;
 
-  walk_init (&sw.w, o->io->geo, offset, count, step);
+  walk_init (&sw.w, o->io->geo, offset, count, step, o->cap);
   helpers = sw.w.step < count && worth_helpers (o) ?
     helpers_for (count, sw.w.step) : 0;
   if (helpers) {
@@ -415,7 +416,8 @@ int
 split_pread_as (const struct io *io, void *buf, uint32_t count,
                 uint64_t offset, bool own, int *err)
 {
-  struct op o = { .io = io, .offset = offset, .rbuf = buf, .own = own };
+  struct op o = { .io = io, .offset = offset, .rbuf = buf, .own = own,
+                  .cap = io->geo->max };
   struct cut_choice c;
   uint32_t step = data_step (&o, count, &c);
 
@@ -440,7 +442,7 @@ split_pwrite (const struct io *io, const void *buf, uint32_t count,
               uint64_t offset, uint32_t flags, int *err)
 {
   struct op o = { .io = io, .offset = offset, .wbuf = buf, .flags = flags,
-                  .write = true };
+                  .cap = io->geo->max, .write = true };
   struct cut_choice c;
   uint32_t step = data_step (&o, count, &c);
 
@@ -464,7 +466,8 @@ int
 split_zero (const struct io *io, uint32_t count, uint64_t offset,
             uint32_t flags, int *err)
 {
-  struct op o = { .io = io, .offset = offset, .flags = flags };
+  struct op o = { .io = io, .offset = offset, .flags = flags,
+                  .cap = io->geo->maxlen };
 
   /* A fast zero must not fall back to writing: partial blocks would. */
   if ((flags & NBDKIT_FLAG_FAST_ZERO) &&
@@ -472,7 +475,7 @@ split_zero (const struct io *io, uint32_t count, uint64_t offset,
     *err = ENOTSUP;
     return -1;
   }
-  /* Zero carries no data: cut only where reshape-max demands. */
+  /* Zero carries no data: cut only where reshape-maxlen demands. */
   return run_write (&o, count, UINT32_MAX, zero_piece, err);
 }
 
@@ -491,7 +494,8 @@ int
 split_trim (const struct io *io, uint32_t count, uint64_t offset,
             uint32_t flags, int *err)
 {
-  struct op o = { .io = io, .offset = offset, .flags = flags };
+  struct op o = { .io = io, .offset = offset, .flags = flags,
+                  .cap = io->geo->maxlen };
 
   return run_write (&o, count, UINT32_MAX, trim_piece, err);
 }
@@ -505,8 +509,8 @@ cache_piece (const struct op *o, const struct piece *p, int *err)
 }
 
 /* Cache is a hint: widen it to whole blocks, and send only the first
- * piece of at most reshape-max (a 4G hint must not become thousands of
- * plugin calls).
+ * piece of at most reshape-maxlen (a 4G hint must not become thousands
+ * of plugin calls).
  */
 int
 split_cache (const struct io *io, uint32_t count, uint64_t offset,
@@ -518,7 +522,7 @@ split_cache (const struct io *io, uint32_t count, uint64_t offset,
   uint64_t start, end;
 
   walk_round_out (io->geo, offset, count, &start, &end);
-  walk_init (&w, io->geo, start, end - start, UINT32_MAX);
+  walk_init (&w, io->geo, start, end - start, UINT32_MAX, io->geo->maxlen);
   if (!walk_next (&w, &p))      /* a non-empty range has a piece */
     abort ();
   return cache_piece (&o, &p, err);
@@ -528,7 +532,7 @@ split_cache (const struct io *io, uint32_t count, uint64_t offset,
  * from the block holding offset, into a private list (its answer may
  * end before offset: REQ_ONE, or a short first extent), again from
  * where it stopped until offset is covered; then what lies at or past
- * offset is handed on.  Each call is at most reshape-max.
+ * offset is handed on.  Each call is at most reshape-maxlen.
  */
 static int
 query_extents (const struct io *io, uint64_t start, uint64_t end,
@@ -544,7 +548,7 @@ query_extents (const struct io *io, uint64_t start, uint64_t end,
     struct nbdkit_extent last;
     int r;
 
-    walk_init (&w, io->geo, pos, end - pos, UINT32_MAX);
+    walk_init (&w, io->geo, pos, end - pos, UINT32_MAX, io->geo->maxlen);
     if (!walk_next (&w, &p))    /* a non-empty range has a piece */
       abort ();
     stats_plugin (OP_EXTENTS, p.count);

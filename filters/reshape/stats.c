@@ -51,6 +51,7 @@ static const char *const counter_names[C_COUNTERS] = {
   [C_RA_LOST] = "readahead fills not kept",
   [C_RA_UNREAD] = "bytes read ahead that no client read",
   [C_RA_REFUSED] = "readahead fills over budget (not made)",
+  [C_RA_CACHED] = "bytes cached for cache requests",
   [C_CUT_SWITCHES] = "cut-or-whole choices changed (auto)",
   [C_WB_STAGED] = "bytes staged (write-back)",
   [C_WB_WRITTEN] = "staged bytes written back",

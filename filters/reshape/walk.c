@@ -16,15 +16,15 @@
 
 void
 walk_init (struct walk *w, const struct geometry *geo,
-           uint64_t offset, uint64_t count, uint32_t step)
+           uint64_t offset, uint64_t count, uint32_t step, uint32_t cap)
 {
-  assert (geo->min > 0 && geo->max >= geo->min);
+  assert (geo->min > 0 && cap >= geo->min);
   assert (offset + count <= geo->exportsize);
   w->pos = offset;
   w->end = offset + count;
   w->align = geo->min;
-  w->cap = geo->max;
-  w->step = step < geo->max ? step : geo->max;
+  w->cap = cap - cap % geo->min;
+  w->step = step < w->cap ? step : w->cap;
   w->exportsize = geo->exportsize;
   /* Cut points must be block boundaries, or a cut would make a
    * partial block out of an aligned request.

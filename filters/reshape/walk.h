@@ -17,8 +17,10 @@
 struct geometry {
   uint32_t min;           /* alignment the plugin needs, power of 2 */
   uint32_t size;          /* optimal request size, multiple of min */
-  uint32_t max;           /* cap on any plugin request, multiple of min */
-  uint64_t exportsize;    /* the plugin's export size */
+  uint32_t max;           /* cap on plugin reads and writes, and ... */
+  uint32_t maxlen;        /* ... on zero, trim, cache, extents; both
+                             multiples of min */
+  uint64_t exportsize;    /* the export size, a multiple of min */
 };
 
 /* One plugin request.  [offset, offset+count) is the part of the client
@@ -44,11 +46,13 @@ struct walk {
   uint64_t exportsize;
 };
 
-/* Start walking [offset, offset+count), cutting at multiples of step
- * (itself capped at geo->max).  The range must lie within the export.
+/* Start walking [offset, offset+count), cutting at multiples of step,
+ * no piece longer than cap (step and cap multiples of geo->min, or
+ * rounded down to them).  The range must lie within the export.
  */
 extern void walk_init (struct walk *w, const struct geometry *geo,
-                       uint64_t offset, uint64_t count, uint32_t step);
+                       uint64_t offset, uint64_t count, uint32_t step,
+                       uint32_t cap);
 
 /* The next piece, or false when the range is done. */
 extern bool walk_next (struct walk *w, struct piece *p);
