@@ -49,4 +49,4 @@ run "write-back, readahead, 4K-minimum plugin" "1% 2%" \
   "delay-read=1ms $policy reshape-writeback=true reshape-size=64K reshape-readahead=1M"
 run "defaults with merging, 4K-minimum plugin" "1% 5% 10%" \
   "--filter=blocksize-policy" \
-  "$policy reshape-merge=true reshape-size=64K"
+  "$policy reshape-size=64K"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every can_* flag, the size, read-only state and export list are
 # passed through: nbdinfo sees the same with and without the filter,
-# block sizes aside (the filter advertises its own).
+# block sizes aside (the filter advertises its own), and can_cache
+# with a read cache (reshape-readahead on: cache requests fill it).
 source "$srcdir/functions.sh"
 requires nbdinfo --version
 
@@ -23,11 +24,17 @@ n=0
 check ()
 {
   info "$@" > "$tmp/plain"
-  info --filter="$FILTER" "$@" > "$tmp/reshaped"
+  info --filter="$FILTER" "$@" reshape-readahead=off > "$tmp/reshaped"
   if ! cmp -s "$tmp/plain" "$tmp/reshaped"; then
     diff -u "$tmp/plain" "$tmp/reshaped" || :
     fail "flags differ for: $*"
   fi
+  # With a read cache, every flag but can_cache as without the filter.
+  info --filter="$FILTER" "$@" | sed 's/"can_cache": false/"can_cache": true/' \
+    > "$tmp/cached"
+  sed 's/"can_cache": false/"can_cache": true/' "$tmp/plain" > "$tmp/want"
+  cmp -s "$tmp/want" "$tmp/cached" ||
+    { diff -u "$tmp/want" "$tmp/cached" || :; fail "flags differ for: $*"; }
   n=$((n+1))
 }
 
@@ -60,3 +67,9 @@ mkdir "$tmp/dir"
 truncate -s 1M "$tmp/dir/a"; truncate -s 3M "$tmp/dir/b"
 check file dir="$tmp/dir"
 echo "$n stacks compared"
+# A plugin that cannot cache: with the filter's read cache, clients may
+# send cache requests (they fill it).
+info --filter="$FILTER" --filter=nocache memory 1M cachemode=none |
+  grep -q '"can_cache": true' ||
+  fail "no cache advertised with a read cache"
+echo "ok: cache advertised with a read cache"

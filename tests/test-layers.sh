@@ -7,28 +7,31 @@
 # the bottom up.  (A higher layer may hand a lower one a callback: a
 # pointer, which nm does not show and which is not a call by name.)
 #
-#   0  common: arithmetic, scoped locks, the clock      } pure: no
-#   1  walk rangelock ranges stage                       } nbdkit
+#   0  common tunables: arithmetic, scoped locks, the   } pure: no
+#      clock; the numbers                                } nbdkit
+#   1  walk rangelock ranges stage                       }
 #   2  stats params
 #   3  pool workers sockbuf tune
 #   4  cut profile
 #   5  split cache
-#   6  merge writeback readahead
-#   7  export
-#   8  reshape (the nbdkit callbacks and the order of the stages)
+#   6  fill writeback
+#   7  window grain
+#   8  readahead export
+#   9  reshape (the nbdkit callbacks and the order of the stages)
 source "$srcdir/functions.sh"
 requires nm --version
 
 layers="
-0 common
+0 common tunables
 1 walk rangelock ranges stage
 2 stats params
 3 pool workers sockbuf tune
 4 cut profile
 5 split cache
-6 merge writeback readahead
-7 export
-8 reshape
+6 fill writeback
+7 window grain
+8 readahead export
+9 reshape
 "
 src="$srcdir/../filters/reshape"
 objs="$builddir/../filters/reshape/.libs"

@@ -56,8 +56,8 @@ bad reshape-parallel=abc     "accepted: a number from 1 to 64"
 bad reshape-parallel=4K      "accepted: a number from 1 to 64"
 bad reshape-readahead=32K     "'off' or a size from 64K to 64M"
 bad reshape-readahead=128M    "'off' or a size from 64K to 64M"
-bad reshape-merge=perhaps     "accepted: true or false (also on/off, yes/no, 1/0)"
-bad reshape-merge=maybe       "accepted: true or false (also on/off, yes/no, 1/0)"
+bad reshape-writeback=perhaps "accepted: true or false (also on/off, yes/no, 1/0)"
+bad reshape-writeback=maybe   "accepted: true or false (also on/off, yes/no, 1/0)"
 bad reshape-writeback=2       "accepted: true or false"
 bad reshape-sise=1M          "unknown parameter"
 
@@ -65,10 +65,11 @@ good reshape-size=4K reshape-min=1 reshape-max=512 reshape-pool=64K
 good reshape-size=32M reshape-min=64K reshape-max=4294967295
 good reshape-sndbuf=off reshape-parallel=1
 good reshape-parallel=64 reshape-readahead=off
-good reshape-readahead=64K reshape-merge=true
-good reshape-merge=off reshape-writeback=true
+good reshape-readahead=64K reshape-writeback=yes
+good reshape-writeback=true
 good reshape-writeback=false
-good reshape-writeback=on reshape-merge=No
+good reshape-writeback=on
+good reshape-writeback=No
 good reshape-maxdata=32M reshape-maxlen=4294967295 reshape-pool=1t
 good reshape-max=1M reshape-maxlen=64K reshape-size=2048s
 good reshape-readahead=64M

@@ -2,7 +2,8 @@
 # The plugin (seen by nbdkit-log-filter below the filter) receives
 # pieces cut at reshape-size and never above reshape-max; zero, trim
 # and cache are cut only as reshape-max demands; FUA is per piece when
-# native, else one flush after the pieces.
+# native, else one flush after the pieces.  (reshape-readahead=off:
+# with a read cache, cache requests fill it instead; test-readahead.)
 source "$srcdir/functions.sh"
 requires nbdsh --version
 
@@ -27,7 +28,7 @@ h.block_status(1 << 20, 0, lambda *args: 0)
 '
 log="$tmp/plugin.log"
 nbdkit -U - --filter="$FILTER" --filter=log memory 2G \
-  logfile="$log" reshape-size=64K \
+  logfile="$log" reshape-size=64K reshape-readahead=off \
   --run 'nbdsh --base-allocation -u "$uri" -c '"'$script'"
 test "$(largest "$log" Read)" -le 65536 || fail "read above reshape-size"
 test "$(largest "$log" Write)" -le 65536 || fail "write above reshape-size"
@@ -46,7 +47,7 @@ reqs "$log" Write | sort -n | awk '
 # reshape-max caps everything, extents included.
 log="$tmp/max.log"
 nbdkit -U - --filter="$FILTER" --filter=log memory 2G \
-  logfile="$log" reshape-size=1M reshape-max=96K \
+  logfile="$log" reshape-size=1M reshape-max=96K reshape-readahead=off \
   --run 'nbdsh --base-allocation -u "$uri" -c '"'$script'"
 for k in Read Write Zero Trim Cache Extents; do
   m=$(largest "$log" $k)

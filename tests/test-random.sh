@@ -32,11 +32,6 @@ run ()
     "$srcdir/compare-model.py" "$disk" "$tmp/model" ||
       fail "$name: seed $seed: backing file differs from the model"
     case "$params" in
-      *merge=true*)
-        merges=$(awk '/^requests merged/ {print $NF}' "$tmp/stats")
-        echo "requests merged: $merges" ;;
-    esac
-    case "$params" in
       *writeback=true*)
         staged=$(awk '/^bytes staged/ {print $NF}' "$tmp/stats")
         test "$staged" -gt 0 || fail "$name: seed $seed: nothing staged"
@@ -76,10 +71,6 @@ run "readahead, 4K minimum" 2097152 "--seq 0.5 --depth 1" \
   "--filter=delay --filter=blocksize-policy" "delay-read=1ms $policy"
 run "readahead, no minimum" 2097152 "--seq 0.7 --depth 1" "--filter=delay" \
   "delay-read=1ms reshape-size=64K"
-# Merging: concurrent small requests from all connections held in
-# groups and sent as one; each must get its own data back.
-run "merge" 2097152 "--seq 0.9 --seqwrite --maxlen 16384 --depth 16" "--filter=delay" \
-  "delay-read=1ms delay-write=1ms reshape-merge=true reshape-size=64K"
 # Write-back: staged small writes must be seen by every later read,
 # zero and trim from any connection, and reach the file at the end.
 run "write-back, 4K minimum" 2097152 "--seq 0.6 --seqwrite" \
@@ -90,14 +81,14 @@ run "write-back and readahead" 2097152 "--seq 0.6 --seqwrite --depth 1" \
   "delay-read=1ms delay-write=1ms reshape-writeback=true reshape-size=64K"
 run "write-back with everything" 2097152 "--seq 0.5 --seqwrite" \
   "--filter=delay" \
-  "delay-write=1ms reshape-writeback=true reshape-merge=true reshape-size=64K"
+  "delay-write=1ms reshape-writeback=true reshape-size=64K"
 # reshape-size=auto (the default) over a plugin with latency, every
 # feature on: learning, cut choices, grains fetched for streams.
 run "auto with everything" 2097152 "--seq 0.6 --seqwrite" \
   "--filter=delay" \
-  "delay-read=1ms delay-write=1ms reshape-size=auto reshape-writeback=true reshape-merge=true"
+  "delay-read=1ms delay-write=1ms reshape-size=auto reshape-writeback=true"
 # Injected EIO: errors reach the client, no wrong data, no acknowledged
 # write lost.
 run "4K minimum, EIO injected" 2097152 "--errors --seq 0.3" \
   "--filter=blocksize-policy --filter=error" \
-  "$policy error=EIO error-rate=5% reshape-merge=true"
+  "$policy error=EIO error-rate=5%"

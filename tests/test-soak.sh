@@ -18,7 +18,7 @@ size=2097152
 mkdir "$tmp/dir"
 start_server "$tmp/sock" "$tmp/pid" --filter="$FILTER" --filter=delay \
   file dir="$tmp/dir" delay-read=1ms delay-write=1ms reshape-size=64K \
-  reshape-merge=true reshape-writeback=true reshape-readahead=1M
+  reshape-writeback=true reshape-readahead=1M
 pid=$(cat "$tmp/pid")
 rss () { awk '/^VmRSS/ {print $2}' "/proc/$pid/status"; }
 

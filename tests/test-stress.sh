@@ -69,7 +69,7 @@ round "fixed: mixed" sswwrrsw $hang reshape-writeback=true
 rmw=$(awk '/^read-modify-writes/ {print $NF}' "$tmp/stats")
 test "$rmw" -gt 0 || fail "the mixed case made no read-modify-write"
 round "fixed: smallest pool" sswwrrswr reshape-pool=64K reshape-min=64K \
-  reshape-readahead=100K reshape-writeback=true reshape-merge=true
+  reshape-readahead=100K reshape-writeback=true reshape-maxlen=64K
 
 # pick WORDS...: one of them, in $v.  Not through $(...): bash reseeds
 # RANDOM in each subshell, and the seed would not replay the rounds.
@@ -93,7 +93,7 @@ for i in $(seq 1 "$rounds"); do
   [ -z "$v" ] || params+=(reshape-max=$v)
   pick 1 2 16; params+=(reshape-parallel=$v)
   pick true false; params+=(reshape-writeback=$v)
-  pick true false; params+=(reshape-merge=$v)
+  pick "" 64K 1000000; [ -z "$v" ] || params+=(reshape-maxlen=$v)
   pick sswwrrsw swrswrswr sssswwww wwrrsswwrr; kinds=$v
   round "round $i" "$kinds" "${params[@]}"
 done

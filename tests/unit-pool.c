@@ -48,7 +48,7 @@ check_usage (void)
   if (u.total > u.cap)
     fail ("the pool holds more than its cap", u.cap);
   level1 = u.used[POOL_REQUEST] + u.used[POOL_CACHE] + u.used[POOL_STAGING];
-  if (level1 + POOL_BOUNCE_MAX > u.cap && level1 > 0)
+  if (level1 + BLOCK_MIN_MAX > u.cap && level1 > 0)
     fail ("requests, cache and staging ate into the bounce reserve", u.cap);
   if (u.used[POOL_STAGING] > u.share[POOL_STAGING])
     fail ("staging above its share", u.cap);
@@ -88,7 +88,7 @@ reclaim (uint64_t want)
 static void
 bounce (unsigned *seed, uint64_t cap)
 {
-  uint32_t len = 1 + rand_r (seed) % POOL_BOUNCE_MAX;
+  uint32_t len = 1 + rand_r (seed) % BLOCK_MIN_MAX;
   char *b = pool_get (POOL_BOUNCE, len);
 
   if (b == NULL)
@@ -180,11 +180,11 @@ shares (uint64_t cap)
   pool_init (cap);
   largest = pool_largest (POOL_REQUEST);
   pool_usage (&u);
-  if (u.share[POOL_STAGING] + u.share[POOL_REQUEST] + POOL_BOUNCE_MAX > cap)
+  if (u.share[POOL_STAGING] + u.share[POOL_REQUEST] + BLOCK_MIN_MAX > cap)
     fail ("the shares add up to more than the cap less the reserve", cap);
   if (u.share[POOL_CACHE] > u.share[POOL_REQUEST])
     fail ("the cache's share is not within the requests'", cap);
-  if (pool_largest (POOL_BOUNCE) != POOL_BOUNCE_MAX)
+  if (pool_largest (POOL_BOUNCE) != BLOCK_MIN_MAX)
     fail ("the bounce reserve is not 64K", cap);
   if (largest && (!is_power_of_2 (largest) ||
                   largest > u.share[POOL_STAGING] ||

@@ -2,10 +2,15 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * The per-export read cache.  Entries are pool buffers, each holding
- * one contiguous range read by readahead.  The pool decides how much
- * all caches together may keep (pool_keep); when requests are short of
- * memory, the pool asks the caches to give some back (cache_reclaim).
+ * Read caches: an export's, or one connection's (reshape.c decides).
+ * Entries are pool buffers, each holding one contiguous range a fill
+ * read.  The pool decides how much all caches together may keep
+ * (pool_keep); when requests are short of memory, the pool asks the
+ * caches to give some back (cache_reclaim).
+ *
+ * The budget: each cache charges its export's struct budget for the
+ * bytes a fill reads that its client did not ask for, refunds them as
+ * clients read them, and counts as wasted what is dropped unread.
  *
  * Coherence: every write, zero and trim calls cache_invalidate_all for
  * its range before it is acknowledged, which drops overlapping entries
@@ -27,14 +32,10 @@
 #include "common.h"
 #include "pool.h"
 #include "stats.h"
+#include "tunables.h"
 
-/* The budget: 5% of what clients read, plus 16M per export (enough to
- * learn in, and for a window per stream of a few clients).
- */
-#define BUDGET_SHARE 20
-#define BUDGET_BASE (16 * 1024 * 1024)
 /* Which bytes of an entry were read, in at most this many chunks. */
-#define CHUNKS 512
+enum { CHUNKS = 512 };
 
 struct cache_entry {
   uint64_t off;
@@ -138,7 +139,7 @@ static struct {
  * older than a write is always seen here by that write.
  */
 static bool
-anything (void)
+any_cached (void)
 {
   return __atomic_load_n (&live.fills_active, __ATOMIC_SEQ_CST) > 0 ||
     __atomic_load_n (&live.cached_bytes, __ATOMIC_SEQ_CST) > 0;
@@ -263,6 +264,23 @@ covering (struct cache *c, uint64_t lo, uint64_t hi)
     if (f->lo <= lo && hi <= f->hi)
       return f;
   return NULL;
+}
+
+bool
+cache_holds (struct cache *c, uint64_t lo, uint64_t hi)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
+  uint64_t pos;
+
+  if (covering (c, lo, hi))
+    return true;
+  for (pos = lo; pos < hi; ) {
+    const struct cache_entry *e = find (c, pos);
+    if (e == NULL)
+      return false;
+    pos = e->off + e->len;
+  }
+  return true;
 }
 
 bool
@@ -419,7 +437,7 @@ cache_invalidate_all (uint64_t lo, uint64_t hi)
 {
   struct cache *c;
 
-  if (!anything ())             /* the common case without readahead */
+  if (!any_cached ())           /* the common case without readahead */
     return;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&live.lock);
   for (c = live.list; c; c = c->next) {

@@ -51,6 +51,9 @@ extern void cache_free (struct cache *c);
 extern bool cache_read (struct cache *c, uint64_t offset, uint32_t count,
                         void *dst);
 
+/* Does the cache hold [lo, hi) whole, or is a fill of it in progress? */
+extern bool cache_holds (struct cache *c, uint64_t lo, uint64_t hi);
+
 /* If a fill in progress covers [lo, hi), wait for it to end (then
  * cache_read may hit); true if there was one.
  */

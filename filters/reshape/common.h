@@ -77,6 +77,28 @@ pow2_nearest (uint64_t lo, double target, uint64_t hi)
   return p;
 }
 
+/* Size classes by powers of 2, rounding down: class 0 holds sizes up
+ * to 8K (exclusive), the last SIZE_CLASSES - 1 from 128M on.  (The
+ * pool has classes of its own, which round up: alloc_class.)
+ */
+enum { SIZE_CLASS_SHIFT = 12, SIZE_CLASSES = 16 };
+
+static inline unsigned
+size_class (uint64_t bytes)
+{
+  unsigned c = 0;
+
+  while (c + 1 < SIZE_CLASSES && bytes >> (c + 1 + SIZE_CLASS_SHIFT))
+    c++;
+  return c;
+}
+
+static inline uint64_t
+size_class_bytes (unsigned c)
+{
+  return UINT64_C (1) << (c + SIZE_CLASS_SHIFT);
+}
+
 static inline uint64_t
 now_ns (void)
 {

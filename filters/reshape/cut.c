@@ -36,20 +36,9 @@
 #include "cut.h"
 #include "params.h"
 #include "stats.h"
+#include "tunables.h"
 #include "tune.h"
 
-#define FLAT 1.25                       /* "as cheap" */
-#define EXPLORE_FIRST 4                 /* until both are measured */
-#define EXPLORE_EAGER 2                 /* ... if the model promises */
-#define BIG_GAIN 2.0                    /* ... twice as fast */
-#define EXPLORE_EVERY 16
-#define EXPLORE_RARELY 256
-#define SWITCH 0.87                     /* the other option wins by 15% */
-#define WORSE 1.3                       /* an exploration that lost */
-#define MIN_SAMPLES 3
-#define UNLEARNT_MIN (8 * 1024 * 1024)  /* tried without a model ... */
-#define PIECE_MIN (1024 * 1024)         /* ... in pieces this large */
-#define CLASSES 16                      /* request sizes 4K ... 128M */
 
 /* Cut or whole, for one direction and size class of requests. */
 struct bandit {
@@ -64,7 +53,7 @@ struct bandit {
 struct cut {
   pthread_mutex_t lock;
   unsigned inflight;                    /* requests timed, atomic */
-  struct bandit bandits[TUNE_DIRS][CLASSES];
+  struct bandit bandits[TUNE_DIRS][SIZE_CLASSES];
 };
 
 struct cut *
@@ -82,16 +71,6 @@ cut_free (struct cut *k)
 {
   pthread_mutex_destroy (&k->lock);
   free (k);
-}
-
-static unsigned
-size_class (uint64_t bytes)
-{
-  unsigned c = 0;
-
-  while (c + 1 < CLASSES && bytes >> (c + 13))
-    c++;
-  return c;
 }
 
 static const char *
@@ -180,7 +159,7 @@ cut_own (struct cut *k, struct tune *t, uint64_t count, uint32_t max)
   if (tune_model (t, &m) != 1 || count < 2 * m.grain)
     return min_u64 (count, max);
   cut = best_cut (lanes (k), &m, count, max, &gain);
-  return gain >= FLAT ? cut : min_u64 (count, max);
+  return gain >= CUT_GAIN ? cut : min_u64 (count, max);
 }
 
 /* A new bandit: eager to try cutting if the model promises much. */
@@ -218,7 +197,7 @@ cut_begin (struct cut *k, struct tune *t, enum tune_dir d, uint64_t count,
    * promises a gain, or where there is no model to ask.
    */
   explore = ++b->since >= b->every &&
-    (b->cut || gain == 0 || gain >= FLAT);
+    (b->cut || gain == 0 || gain >= CUT_GAIN);
   if (explore)
     b->since = 0;
   c->cls = size_class (count);
@@ -249,7 +228,7 @@ bandit_learn (struct bandit *b, enum tune_dir d, unsigned cls, int o,
     if (reshape_debug_tune)
       nbdkit_debug ("reshape: tune: %s of %" PRIu64 "K+: now %s "
                     "(measured %.2f against %.2f ns per byte)",
-                    dir_name (d), (UINT64_C (1) << (cls + 12)) / 1024,
+                    dir_name (d), size_class_bytes (cls) / 1024,
                     o ? "cut" : "whole", b->ns_per_byte[o],
                     b->ns_per_byte[!o]);
   }

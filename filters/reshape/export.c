@@ -19,7 +19,6 @@
 #include "common.h"
 #include "cut.h"
 #include "export.h"
-#include "merge.h"
 #include "tune.h"
 #include "writeback.h"
 
@@ -33,8 +32,6 @@ export_free (struct export *exp)
 {
   if (exp->cache)
     cache_free (exp->cache);
-  if (exp->merge)
-    merge_free (exp->merge);
   if (exp->wb)
     writeback_free (exp->wb);
   if (exp->tune)
@@ -55,12 +52,10 @@ export_new (const char *name, bool tls)
   exp->name = strdup (name);
   exp->tls = tls;
   exp->cache = cache_new (&exp->budget);
-  exp->merge = merge_new ();
   exp->wb = writeback_new ();
   exp->tune = tune_get (name);
   exp->cut = cut_new ();
-  if (!exp->name || !exp->cache || !exp->merge || !exp->wb || !exp->tune ||
-      !exp->cut) {
+  if (!exp->name || !exp->cache || !exp->wb || !exp->tune || !exp->cut) {
     export_free (exp);
     return NULL;
   }

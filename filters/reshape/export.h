@@ -16,7 +16,6 @@
 #include "cache.h"
 
 struct cut;
-struct merge;
 struct tune;
 struct writeback;
 
@@ -26,7 +25,6 @@ struct export {
   unsigned refs;              /* connections using it */
   struct budget budget;       /* what readahead may read unasked */
   struct cache *cache;        /* readahead data (with multi-conn) */
-  struct merge *merge;        /* groups of small requests */
   struct writeback *wb;       /* staged writes */
   struct tune *tune;          /* what is learnt (outlives the export) */
   struct cut *cut;            /* cut-or-whole choices */

@@ -27,29 +27,11 @@
 
 #include "common.h"
 #include "params.h"
+#include "tunables.h"
 
-/* Used when the plugin prefers nothing larger than 4K: the request
- * size that did best in sweeps of nbdcopy --request-size from 32K to
- * 32M over nbdkit's sparse-random plugin, and nbdcopy's own default.
- */
-#define DEFAULT_SIZE (256 * KiB)
-
-/* The defaults:
- * - pool 64M: eight of the largest readahead windows, or 256 staged
- *   blocks of the default size, a small part of what nbdkit itself
- *   may hold (16 threads per connection, each with a buffer of up to
- *   64M for the requests it serves);
- * - parallel 16, nbdkit's own default thread count per connection:
- *   the pieces of one request reach the plugin as the requests of a
- *   client with 16 in flight would.  Measured on 32M reads at 200 MB/s
- *   per request, 8 left the plugin's streams a third short;
- * - readahead 8M: windows double from the request size, so a stream
- *   reaches 8M after five fills; beyond that a 1 ms plugin spends
- *   more time moving data than waiting (measured: bench/accel.sh,
- *   naive reader).
- */
 struct params reshape_cfg = {
-  .pool = 64 * MiB, .parallel = 16, .readahead = 8 * MiB,
+  .pool = DEFAULT_POOL, .parallel = DEFAULT_PARALLEL,
+  .readahead = DEFAULT_READAHEAD,
 };
 
 /* A number with an optional scale suffix (nbdkit's own: b, k, m, g,
@@ -99,7 +81,7 @@ silent_bool (const char *s)
   return -1;
 }
 
-#define BOOLS "true or false (also on/off, yes/no, 1/0)"
+static const char bools[] = "true or false (also on/off, yes/no, 1/0)";
 
 /* The parameters that take a value of a form: a size (with nbdkit's
  * suffixes) or a count in [lo, hi], a power of 2 if pow2, or word
@@ -107,7 +89,7 @@ silent_bool (const char *s)
  */
 enum param_id {
   P_SIZE, P_MIN, P_MAX, P_MAXDATA, P_MAXLEN, P_POOL, P_PARALLEL,
-  P_READAHEAD, P_MERGE, P_WRITEBACK, P_SNDBUF, P_NUMERIC
+  P_READAHEAD, P_WRITEBACK, P_SNDBUF, P_NUMERIC
 };
 static const struct form {
   const char *key;
@@ -132,8 +114,7 @@ static const struct form {
                    "a number from 1 to 64" },
   [P_READAHEAD] = { "reshape-readahead", "off", 64 * KiB, 64 * MiB, false,
                     false, "'off' or a size from 64K to 64M" },
-  [P_MERGE] = { "reshape-merge", NULL, 0, 0, false, false, BOOLS },
-  [P_WRITEBACK] = { "reshape-writeback", NULL, 0, 0, false, false, BOOLS },
+  [P_WRITEBACK] = { "reshape-writeback", NULL, 0, 0, false, false, bools },
   [P_SNDBUF] = { "reshape-sndbuf", "off", 4 * KiB, 256 * MiB, false, false,
                  "'off' or a size from 4K to 256M" },
 };
@@ -194,7 +175,6 @@ set_numeric (enum param_id id, uint64_t v)
   case P_POOL: reshape_cfg.pool = v; break;
   case P_PARALLEL: reshape_cfg.parallel = v; break;
   case P_READAHEAD: reshape_cfg.readahead = v; break;
-  case P_MERGE: reshape_cfg.merge = v; break;
   case P_WRITEBACK: reshape_cfg.writeback = v; break;
   case P_SNDBUF:
     reshape_cfg.sndbuf_set = true;
@@ -234,7 +214,7 @@ params_key (const char *key, const char *value)
     /* A typo must not silently reach the plugin as its own parameter. */
     nbdkit_error ("unknown parameter '%s'; the reshape filter takes "
                   "reshape-size, -min, -max, -maxdata, -maxlen, -pool, "
-                  "-parallel, -readahead, -merge, -writeback, -sndbuf, "
+                  "-parallel, -readahead, -writeback, -sndbuf, "
                   "-stats and -profile", key);
     return -1;
   }
@@ -288,12 +268,6 @@ params_free (void)
   free (reshape_cfg.profile_file);
   reshape_cfg.stats_file = reshape_cfg.profile_file = NULL;
 }
-
-/* NBD's smallest preferred block size, and the largest that clients
- * take: nbdcopy aborts when a server prefers more than 32M.
- */
-#define NBD_PREFERRED_MIN 512
-#define NBD_PREFERRED_MAX (32 * 1024 * 1024)
 
 /* The largest power of 2 not above v, within NBD's preferred sizes. */
 static uint32_t

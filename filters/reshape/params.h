@@ -15,12 +15,8 @@
 
 #include <nbdkit-filter.h>
 
+#include "tunables.h"
 #include "walk.h"
-
-/* reshape-parallel's upper bound: helper threads are cheap while
- * they sleep, but no plugin was measured to use more.
- */
-#define PARALLEL_MAX 64
 
 /* Parameters as given on the command line.  Written only while nbdkit
  * configures the filter (and parallel_ok at get_ready), read-only
@@ -37,7 +33,6 @@ struct params {
   uint64_t pool;            /* reshape-pool: buffer memory cap */
   unsigned parallel;        /* reshape-parallel: fan-out per request */
   uint32_t readahead;       /* reshape-readahead: largest window, 0 = off */
-  bool merge;               /* reshape-merge */
   bool writeback;           /* reshape-writeback */
   char *stats_file;         /* reshape-stats, absolute path or NULL */
   char *profile_file;       /* reshape-profile, absolute path or NULL */
@@ -76,7 +71,6 @@ extern void params_sizes (struct geometry *geo, uint32_t ppref,
   "reshape-pool=SIZE    Cap on the filter's buffer memory (default 64M).\n" \
   "reshape-parallel=N   Pieces of one request run at once (default 16).\n" \
   "reshape-readahead=SIZE|off  Largest readahead window (default 8M).\n" \
-  "reshape-merge=BOOL   Merge concurrent small requests (default false).\n" \
   "reshape-writeback=BOOL  Stage small writes (default false).\n" \
   "reshape-sndbuf=SIZE|off  Send buffer of unix-socket client connections.\n" \
   "reshape-stats=FILE   Write the statistics report to FILE at exit.\n" \

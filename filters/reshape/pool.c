@@ -8,10 +8,10 @@
  * The total the pool holds (idle and in use) never exceeds the cap,
  * reshape-pool, and this file alone shares it out:
  *
- *   reserve    POOL_BOUNCE_MAX (64K), for bounce buffers only;
+ *   reserve    BLOCK_MIN_MAX (64K), for bounce buffers only;
  *   staging    a quarter of the rest, for write-back blocks;
  *   requests   the other three quarters, for readahead windows being
- *   and cache  filled and merge buffers, of which the cache may keep
+ *   and cache  and grains being filled, of which the cache may keep
  *              up to two thirds; the cache gives memory back (the
  *              reclaim callback) when requests need it.
  *
@@ -20,13 +20,13 @@
  * callers, who size their windows and blocks by it.
  *
  * Why no parameter values can deadlock.  Buffers are held while
- * asking for others: a readahead window or a merge buffer, or a
+ * asking for others: a readahead window or a grain, or a
  * staged block being written back, needs a bounce buffer when a piece
  * of it is a partial block.  So:
  *
  *   1. Only POOL_BOUNCE waits.  Every other use takes memory that is
  *      there at once, or goes without: a read is sent directly instead
- *      of read ahead, merged requests go alone, a write goes through
+ *      of read ahead, a write goes through
  *      instead of being staged.
  *   2. A thread holding a bounce buffer asks for nothing else: it
  *      reads, patches and writes one block, and returns the buffer.
@@ -55,9 +55,8 @@
 
 NBDKIT_DLL_PUBLIC int reshape_debug_pool;
 
-#define MIN_SHIFT 12                    /* 4K, one page */
-#define NCLASSES 20                     /* 4K .. 2G */
-#define HUGE_PAGE (2 * 1024 * 1024)
+/* Buffer sizes: powers of 2 from 4K (one page) to 2G. */
+enum { MIN_SHIFT = 12, NCLASSES = 20, HUGE_PAGE = 2 * 1024 * 1024 };
 
 struct free_buf {
   struct free_buf *next;
@@ -82,7 +81,7 @@ static struct {
 void
 pool_init (uint64_t cap)
 {
-  const uint64_t rest = cap > POOL_BOUNCE_MAX ? cap - POOL_BOUNCE_MAX : 0;
+  const uint64_t rest = cap > BLOCK_MIN_MAX ? cap - BLOCK_MIN_MAX : 0;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&pool.lock);
 
   pool.cap = cap;
@@ -104,11 +103,11 @@ pool_set_reclaim (uint64_t (*reclaim) (uint64_t want))
 uint32_t
 pool_largest (enum pool_use use)
 {
-  return use == POOL_BOUNCE ? POOL_BOUNCE_MAX : pool.largest;
+  return use == POOL_BOUNCE ? BLOCK_MIN_MAX : pool.largest;
 }
 
 static unsigned
-class_of (uint32_t len)
+alloc_class (uint32_t len)
 {
   unsigned c = 0;
 
@@ -119,7 +118,7 @@ class_of (uint32_t len)
 }
 
 static uint64_t
-class_bytes (unsigned c)
+alloc_bytes (unsigned c)
 {
   return (uint64_t) 1 << (c + MIN_SHIFT);
 }
@@ -156,8 +155,8 @@ release_one_idle (void)
     struct free_buf *b = pool.free_list[c];
     if (b) {
       pool.free_list[c] = b->next;
-      pool.idle -= class_bytes (c);
-      pool.total -= class_bytes (c);
+      pool.idle -= alloc_bytes (c);
+      pool.total -= alloc_bytes (c);
       free (b);
       return true;
     }
@@ -175,7 +174,7 @@ release_one_idle (void)
 static void *
 allocate (enum pool_use use, unsigned c)
 {
-  const size_t len = class_bytes (c);
+  const size_t len = alloc_bytes (c);
   const size_t align = len >= HUGE_PAGE ? HUGE_PAGE : 4096;
   void *p = NULL;
   int r = posix_memalign (&p, align, len);
@@ -204,7 +203,7 @@ allocate (enum pool_use use, unsigned c)
 static void *
 take (enum pool_use use, unsigned c, bool *alloc)
 {
-  const uint64_t want = class_bytes (c);
+  const uint64_t want = alloc_bytes (c);
   struct free_buf *b;
 
   *alloc = false;
@@ -231,12 +230,12 @@ take (enum pool_use use, unsigned c, bool *alloc)
 void *
 pool_get (enum pool_use use, uint32_t len)
 {
-  const unsigned c = class_of (len);
+  const unsigned c = alloc_class (len);
   bool alloc, waited = false, reclaimed = false;
   void *b;
 
   assert (use != POOL_CACHE);
-  if (use == POOL_BOUNCE ? len > POOL_BOUNCE_MAX : len > pool.largest) {
+  if (use == POOL_BOUNCE ? len > BLOCK_MIN_MAX : len > pool.largest) {
     errno = ENOMEM;
     return NULL;
   }
@@ -254,7 +253,7 @@ pool_get (enum pool_use use, uint32_t len)
 
       reclaimed = true;
       pthread_mutex_unlock (&pool.lock);
-      freed = reclaim (class_bytes (c));
+      freed = reclaim (alloc_bytes (c));
       pthread_mutex_lock (&pool.lock);
       if (freed > 0)
         continue;
@@ -266,7 +265,7 @@ pool_get (enum pool_use use, uint32_t len)
       if (reshape_debug_pool)
         nbdkit_debug ("reshape: pool: bounce buffer waits for %" PRIu64
                       " bytes (%" PRIu64 " of %" PRIu64 " in use)",
-                      class_bytes (c), in_use (), pool.cap);
+                      alloc_bytes (c), in_use (), pool.cap);
       waited = true;
     }
     pthread_cond_wait (&pool.returned, &pool.lock);
@@ -282,24 +281,24 @@ pool_get (enum pool_use use, uint32_t len)
 void
 pool_put (enum pool_use use, void *buf, uint32_t len)
 {
-  const unsigned c = class_of (len);
+  const unsigned c = alloc_class (len);
   struct free_buf *b = buf;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&pool.lock);
 
   if (buf == NULL)
     return;
-  assert (pool.used[use] >= class_bytes (c));
-  pool.used[use] -= class_bytes (c);
+  assert (pool.used[use] >= alloc_bytes (c));
+  pool.used[use] -= alloc_bytes (c);
   b->next = pool.free_list[c];
   pool.free_list[c] = b;
-  pool.idle += class_bytes (c);
+  pool.idle += alloc_bytes (c);
   pthread_cond_broadcast (&pool.returned);
 }
 
 bool
 pool_keep (uint32_t len)
 {
-  const uint64_t bytes = class_bytes (class_of (len));
+  const uint64_t bytes = alloc_bytes (alloc_class (len));
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&pool.lock);
 
   /* Requests and the cache share a budget: only the cache's own

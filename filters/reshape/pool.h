@@ -15,18 +15,19 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "tunables.h"
+
 enum pool_use {
   POOL_BOUNCE,      /* one partial block (read-modify-write): may wait */
-  POOL_REQUEST,     /* readahead windows being filled, merge buffers */
+  POOL_REQUEST,     /* readahead windows and grains being filled */
   POOL_CACHE,       /* read data kept (a filled window moves here) */
   POOL_STAGING,     /* write-back blocks */
   POOL_USES
 };
 
-/* The largest block a plugin may demand whole (NBD's and nbdkit's
- * bound on the minimum block size): every bounce buffer fits in it.
+/* Every bounce buffer fits in BLOCK_MIN_MAX (tunables.h): the largest
+ * block a plugin may demand whole.
  */
-#define POOL_BOUNCE_MAX (64 * 1024)
 
 extern void pool_init (uint64_t cap);
 extern void pool_free_all (void);
@@ -39,12 +40,12 @@ extern void pool_set_reclaim (uint64_t (*reclaim) (uint64_t want));
 
 /* The largest single buffer of this use that can ever be had (0: the
  * use gets nothing from a pool this small).  Callers size windows,
- * staging blocks and merges by it.
+ * staging blocks by it.
  */
 extern uint32_t pool_largest (enum pool_use use);
 
 /* A page-aligned buffer of at least len bytes.  POOL_BOUNCE waits for
- * memory (len <= POOL_BOUNCE_MAX); every other use returns NULL at
+ * memory (len <= BLOCK_MIN_MAX); every other use returns NULL at
  * once when its share is spent.  NULL also on allocation failure, with
  * errno set.  POOL_CACHE buffers come only from pool_keep.
  */

@@ -48,16 +48,16 @@
 
 #include "common.h"
 #include "profile.h"
+#include "tunables.h"
 #include "tune.h"
 
-#define MAGIC "nbdkit-reshape-filter profile "
-#define FORMAT 2
-#define SAVE_EVERY_NS (UINT64_C (5) * 1000 * 1000 * 1000)
-#define NAME_LEN 4096                   /* NBD's longest export name */
+/* The first line: MAGIC and the format's version. */
+static const char MAGIC[] = "nbdkit-reshape-filter profile ";
+enum { FORMAT = 2 };
 
 struct entry {
   uint64_t stack;
-  char name[NAME_LEN + 1];
+  char name[NBD_NAME_MAX + 1];
   struct geometry geo;
   struct tune_learnt l;
 };
@@ -108,7 +108,7 @@ unhex (const char *hex, char *name)
     *name = '\0';
     return true;
   }
-  if (n % 2 || n / 2 > NAME_LEN)
+  if (n % 2 || n / 2 > NBD_NAME_MAX)
     return false;
   for (i = 0; i < n / 2; i++) {
     unsigned v;
@@ -126,7 +126,7 @@ unhex (const char *hex, char *name)
 static bool
 parse_entry (const char *line, struct entry *e)
 {
-  char hex[2 * NAME_LEN + 2];
+  char hex[2 * NBD_NAME_MAX + 2];
   int fast, queued, end = -1;
   struct tune_learnt *l = &e->l;
 
@@ -196,7 +196,8 @@ put_entry (struct entries *es, const struct entry *e)
 }
 
 /* Read fp's entries into es.  false if fp is not a profile of this
- * filter.  Corrupt lines are skipped with a warning.
+ * filter (or of a newer one), or could not be read whole (then it is
+ * never written).  Corrupt lines are skipped with a warning.
  */
 static bool
 read_entries (FILE *fp, const char *file, struct entries *es)
@@ -212,7 +213,9 @@ read_entries (FILE *fp, const char *file, struct entries *es)
   if (strncmp (line, MAGIC, strlen (MAGIC)) != 0 ||
       sscanf (line + strlen (MAGIC), "%d", &version) != 1)
     return false;
-  if (version != FORMAT)
+  if (version > FORMAT)
+    return false;                       /* a newer filter's: foreign */
+  if (version < FORMAT)
     return true;                        /* an older filter's: rewritten */
   while (getline (&line, &cap, fp) != -1) {
     lineno++;
@@ -220,8 +223,11 @@ read_entries (FILE *fp, const char *file, struct entries *es)
     if (!parse_entry (line, &e))
       nbdkit_error ("reshape-profile: warning: %s line %u is corrupt: "
                     "skipped", file, lineno);
-    else if (put_entry (es, &e) == -1)
-      return true;
+    else if (put_entry (es, &e) == -1) {
+      /* Saving what was read would drop the rest: never overwrite. */
+      nbdkit_error ("reshape-profile: warning: %s: %m: not saved", file);
+      return false;
+    }
   }
   return true;
 }
@@ -291,7 +297,7 @@ profile_apply (struct tune *t, const struct geometry *geo)
   struct entry want = { .stack = profile.stack, .geo = *geo };
   size_t i;
 
-  if (profile.file == NULL || strlen (tune_name (t)) > NAME_LEN)
+  if (profile.file == NULL || strlen (tune_name (t)) > NBD_NAME_MAX)
     return;
   strcpy (want.name, tune_name (t));
   for (i = 0; i < profile.loaded.n; i++)
@@ -307,7 +313,7 @@ merge_one (struct tune *t, void *opaque)
 {
   struct entry e = { .stack = profile.stack };
 
-  if (strlen (tune_name (t)) > NAME_LEN || !tune_learnt (t, &e.geo, &e.l))
+  if (strlen (tune_name (t)) > NBD_NAME_MAX || !tune_learnt (t, &e.geo, &e.l))
     return;
   strcpy (e.name, tune_name (t));
   put_entry (opaque, &e);
@@ -326,7 +332,7 @@ write_file (const struct entries *es)
     tmp = NULL;                         /* undefined after a failure */
   if (tmp == NULL || (fp = fopen (tmp, "w")) == NULL)
     return false;
-  fprintf (fp, MAGIC "%d\n", FORMAT);
+  fprintf (fp, "%s%d\n", MAGIC, FORMAT);
   for (i = 0; i < es->n; i++)
     write_entry (fp, &es->v[i]);
   ok = fflush (fp) == 0 && fsync (fileno (fp)) == 0;

@@ -7,11 +7,10 @@
  *
  *   pread    write-back: staged writes there go to the plugin first;
  *              what it refuses is laid over the result
- *            readahead: the export's cache, windows  (reshape-readahead)
- *            merge: concurrent small reads as one    (reshape-merge)
+ *            readahead: the read cache, windows, grains (reshape-readahead)
  *            split: pieces of the optimal size, partial blocks
  *   pwrite   write-back: staged, or passed down      (reshape-writeback)
- *            merge, split; then every cache forgets the range
+ *            split; then every cache forgets the range
  *   zero,    write-back: staged writes there first
  *   trim     split; then every cache forgets the range
  *   extents  write-back: staged writes there first; split
@@ -23,8 +22,8 @@
  * Each mechanism lives in its own file with its own header.  The order
  * in which a client request passes the stages is decided here alone:
  * a stage hands the request on through a struct down built here.  The
- * stages' own plugin requests (a readahead window, a write-back, a
- * merged group) go straight to split.c, the bottom.
+ * stages' own plugin requests (a readahead window, a write-back) go
+ * straight to split.c, the bottom.
  */
 
 #include <config.h>
@@ -38,7 +37,6 @@
 #include "common.h"
 #include "params.h"
 #include "export.h"
-#include "merge.h"
 #include "pool.h"
 #include "profile.h"
 #include "readahead.h"
@@ -46,12 +44,11 @@
 #include "split.h"
 #include "stage.h"
 #include "stats.h"
+#include "tunables.h"
 #include "tune.h"
 #include "workers.h"
 #include "writeback.h"
 
-/* Largest payload the nbdkit server accepts from a client. */
-#define CLIENT_MAX (64 * 1024 * 1024)
 
 /* One client connection. */
 struct handle {
@@ -309,10 +306,6 @@ down_pread (void *opaque, void *buf, uint32_t count, uint64_t offset,
 {
   struct call *c = opaque;
 
-  if (reshape_cfg.merge)
-    return merge_pread (c->h->exp->merge, &c->io,
-                        c->h->multi_conn ? NULL : c->h,
-                        buf, count, offset, err);
   return split_pread (&c->io, buf, count, offset, err);
 }
 
@@ -322,10 +315,6 @@ down_pwrite (void *opaque, const void *buf, uint32_t count,
 {
   struct call *c = opaque;
 
-  if (reshape_cfg.merge)
-    return merge_pwrite (c->h->exp->merge, &c->io,
-                         c->h->multi_conn ? NULL : c->h,
-                         buf, count, offset, flags, err);
   return split_pwrite (&c->io, buf, count, offset, flags, err);
 }
 
@@ -364,7 +353,7 @@ reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
    * what it overlaps from the caches.
    */
   writeback_begin (&h->wb, &c.io, offset, offset + count, &claim);
-  if (readahead_on (h))
+  if (readahead_on (h) && !(c.io.tune && tune_fast (c.io.tune)))
     r = readahead_pread (&h->ra, h->cache, &c.io, &d,
                          buf, count, offset, &ahead, err);
   else
@@ -459,10 +448,11 @@ reshape_cache (nbdkit_next *next, void *handle, uint32_t count,
 
   stats_client (OP_CACHE, count);
   call_init (&c, next, h);
-  if (h->cache == NULL)
+  /* A plugin learnt to have no latency gains nothing from a copy. */
+  if (h->cache == NULL || (c.io.tune && tune_fast (c.io.tune)))
     return split_cache (&c.io, count, offset, flags, err);
   down_init (&d, &c);
-  return readahead_cache (&h->ra, h->cache, &c.io, &d, count, offset);
+  return readahead_cache (h->cache, &c.io, &d, count, offset);
 }
 
 static int

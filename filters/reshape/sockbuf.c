@@ -19,20 +19,13 @@
  * at the connection's first read reply of LARGE_REPLY or more.  (The
  * scan cannot tell whose socket is whose, so that raises every client
  * socket open at the time.)  A larger buffer pays for large replies,
- * which do not fit the kernel's default (208K for unix sockets); for
- * smaller ones it measured slower (nbdcopy over sparse-random, 32K
- * requests: 0.93x; 128K: 0.95x).
+ * which do not fit the kernel's default (208K for unix sockets), and
+ * costs small ones (DEFAULT_SNDBUF and LARGE_REPLY in tunables.h, and
+ * docs/design.md, say what was measured).
  *
- * The size the kernel actually grants is recorded, and a warning
- * is given once if the kernel capped it (Linux: net.core.wmem_max).
- *
- * Defaults, measured (see README, "Socket send buffer"): on Linux 6.18
- * nbdcopy reading 4G in 256K requests ran 1.28x faster with 2M than
- * with the kernel's default (4M: no better); on macOS, QEMU's patch
- * that raised its NBD unix sockets to 2M measured qemu-img convert up
- * to 12x faster.  So 2M on both, off elsewhere (unmeasured).  When
- * the default is capped by the kernel that is only a debug message:
- * the user did not ask for it.
+ * The size the kernel actually grants is recorded, and a warning is
+ * given once if the kernel capped a size the user gave (Linux:
+ * net.core.wmem_max); a capped default is only a debug message.
  */
 
 #include <config.h>
@@ -61,14 +54,10 @@
 
 #include "sockbuf.h"
 #include "stats.h"
+#include "tunables.h"
 
 NBDKIT_DLL_PUBLIC int reshape_debug_sockbuf;
 
-#if defined (__linux__) || defined (__APPLE__)
-#define DEFAULT_SNDBUF (2 * 1024 * 1024)
-#else
-#define DEFAULT_SNDBUF 0
-#endif
 
 /* Set once at configuration, read-only after. */
 static struct {
@@ -87,13 +76,11 @@ sockbuf_configure (bool given, uint32_t size)
   defined (SO_SNDBUF)
 
 /* nbdkit listens on one socket per -U path, address family and
- * systemd socket; more is not seen in practice.
+ * systemd socket: MAX_LISTENERS is more than seen in practice.
+ * Without /proc the descriptors are probed one by one: FALLBACK_MAX_FD
+ * at most, whatever RLIMIT_NOFILE allows.
  */
-#define MAX_LISTENERS 16
-/* Without /proc the descriptors are probed one by one: this many at
- * most, whatever RLIMIT_NOFILE allows.
- */
-#define FALLBACK_MAX_FD 4096
+enum { MAX_LISTENERS = 16, FALLBACK_MAX_FD = 4096 };
 
 struct unix_name {
   socklen_t len;
@@ -301,8 +288,6 @@ raise_all (uint32_t want)
 }
 
 #endif
-
-#define LARGE_REPLY (256 * 1024)
 
 void
 sockbuf_open (struct sockbuf_conn *sc)

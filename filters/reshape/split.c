@@ -384,6 +384,8 @@ data_step (struct op *o, uint64_t count, struct cut_choice *c)
   c->cls = -1;
   if (o->io->tune == NULL)
     return o->io->geo->size;
+  if (tune_fast (o->io->tune))
+    return UINT32_MAX;                  /* whole, untimed */
   o->timed = true;
   if (o->own) {
     const uint64_t cut = cut_own (o->io->cut, o->io->tune, count,

@@ -5,8 +5,7 @@
  * How a stage (write-back, readahead) passes a client request on to
  * the stage below it without knowing which that is: reshape.c builds
  * one of these per request, so that the order of the stages is
- * written down in one place.  (Merge, the last stage, sends to
- * split.c itself.)
+ * written down in one place.
  */
 
 #ifndef NBDKIT_RESHAPE_STAGE_H

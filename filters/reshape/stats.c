@@ -18,8 +18,10 @@
 
 #include "stats.h"
 
-#define BUCKETS 33                      /* log2 of 0 .. 4G */
-#define BAR 24                          /* widest histogram bar */
+enum {
+  BUCKETS = 33,                         /* log2 of 0 .. 4G */
+  BAR = 24,                             /* widest histogram bar */
+};
 
 struct opstats {
   uint64_t count, bytes;
@@ -41,7 +43,6 @@ static const char *const counter_names[C_COUNTERS] = {
   [C_RMW_WRITES] = "read-modify-writes",
   [C_LOCK_WAITS] = "range lock waits",
   [C_FUA_FLUSHES] = "flushes standing in for FUA",
-  [C_MERGES] = "requests merged",
   [C_RA_HITS] = "readahead hits",
   [C_RA_MISSES] = "readahead fills",
   [C_RA_FILLED] = "bytes read ahead",

@@ -26,7 +26,6 @@ enum stats_counter {
   C_RMW_WRITES,        /* partial blocks written by read-modify-write */
   C_LOCK_WAITS,        /* range lock acquisitions that had to wait */
   C_FUA_FLUSHES,       /* flushes standing in for FUA on split writes */
-  C_MERGES,            /* requests sent merged with others */
   C_RA_HITS,           /* small reads served from the cache */
   C_RA_MISSES,         /* sequential reads that filled a window */
   C_RA_FILLED,         /* bytes read ahead */

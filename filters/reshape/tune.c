@@ -59,27 +59,11 @@
 
 #include "common.h"
 #include "params.h"
+#include "tunables.h"
 #include "tune.h"
 
 NBDKIT_DLL_PUBLIC int reshape_debug_tune;
 
-#define MIN_SHIFT 12                    /* cost classes from 4K ... */
-#define NCLASSES 16                     /* ... to 128M */
-#define PAIRS 6                         /* a rung's pairs, at most */
-#define PAIRS_FLAT 3                    /* ... to call it clearly flat */
-#define PAIRS_AT_ONCE 2                 /* ... in flight */
-#define WARMUP 16                       /* stream misses before sampling */
-#define KNEE 1.5                        /* a rung "costs more" */
-#define SERIAL_KNEE 0.75                /* ... per byte, serialized */
-#define QUEUED 2.0                      /* reads this much slower than
-                                           the fastest: busy */
-#define RECENT 16                       /* calls a moving average spans */
-#define CLEAR_FLAT 1.25                 /* ... clearly not: decide now */
-#define LADDER_MAX (8 * 1024 * 1024)    /* the largest rung */
-#define BASE_MAX (1024 * 1024)          /* reads learnt from, below */
-#define PREFERRED_CAP (8 * 1024 * 1024)
-#define FAST_PREFERRED (64 * 1024)
-#define EXPORTS_MAX 64                  /* exports remembered */
 
 /* The plugin calls of one size class. */
 struct samples {
@@ -100,6 +84,10 @@ struct ladder {
   double flat_ns;                       /* ... their blocks' time */
   double knee_ns, knee_base_ns;         /* ... and the base then */
   uint32_t rung;                        /* block size tried, 0: none */
+  unsigned others;                      /* misses of other sizes since
+                                           the last of the base's */
+  bool judged;                          /* a rung was flat or the knee */
+  bool retried;                         /* the first rung tried again */
   unsigned tries;                       /* rungs tried (samples' epoch) */
   unsigned sent;                        /* samples handed out */
   float base_ns[PAIRS], block_ns[PAIRS];
@@ -108,11 +96,12 @@ struct ladder {
 
 struct tune {
   char *name;
+  bool fast;                            /* learnt: no latency (atomic) */
   unsigned refs;                        /* registry lock */
   struct tune *next;                    /* registry: most recent first */
   pthread_mutex_t lock;                 /* all below */
   struct geometry geo;                  /* learnt on; exportsize 0: none */
-  struct samples table[TUNE_DIRS][NCLASSES];
+  struct samples table[TUNE_DIRS][SIZE_CLASSES];
   struct ladder ladder;
   bool known;
   struct tune_learnt learnt;
@@ -126,22 +115,6 @@ static struct {
   unsigned count;
   unsigned generation;                  /* atomic */
 } registry = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
-static unsigned
-class_of (uint64_t bytes)
-{
-  unsigned c = 0;
-
-  while (c + 1 < NCLASSES && bytes >> (c + 1 + MIN_SHIFT))
-    c++;
-  return c;
-}
-
-static uint64_t
-class_bytes (unsigned c)
-{
-  return UINT64_C (1) << (c + MIN_SHIFT);
-}
 
 static void
 tune_free (struct tune *t)
@@ -247,9 +220,13 @@ tune_generation (void)
 static void
 forget (struct tune *t)
 {
+  const unsigned tries = t->ladder.tries;  /* samples in flight: stale */
+
   memset (t->table, 0, sizeof t->table);
   memset (&t->ladder, 0, sizeof t->ladder);
+  t->ladder.tries = tries;
   t->known = false;
+  __atomic_store_n (&t->fast, false, __ATOMIC_RELAXED);
   t->learnt = (struct tune_learnt) { .fast = false };
   t->sizes = (struct tune_sizes) { 0 };
   t->why[0] = '\0';
@@ -318,6 +295,7 @@ publish (struct tune *t, const struct tune_learnt *l)
 {
   t->learnt = *l;
   t->known = true;
+  __atomic_store_n (&t->fast, l->fast, __ATOMIC_RELAXED);
   choose_sizes (t);
   if (reshape_debug_tune)
     nbdkit_debug ("reshape: tune: export '%s': %s", t->name, t->why);
@@ -342,6 +320,12 @@ tune_teach (struct tune *t, const struct tune_learnt *l)
 
   if (!t->known)
     publish (t, l);
+}
+
+bool
+tune_fast (struct tune *t)
+{
+  return __atomic_load_n (&t->fast, __ATOMIC_RELAXED);
 }
 
 void
@@ -372,7 +356,7 @@ tune_model (struct tune *t, struct cut_model *m)
 void
 tune_record (struct tune *t, enum tune_dir d, uint64_t bytes, uint64_t ns)
 {
-  struct samples *s = &t->table[d][class_of (bytes)];
+  struct samples *s = &t->table[d][size_class (bytes)];
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
   s->calls++;
@@ -383,8 +367,8 @@ tune_record (struct tune *t, enum tune_dir d, uint64_t bytes, uint64_t ns)
   s->recent = s->calls == 1 ? ns : s->recent + (ns - s->recent) / RECENT;
 }
 
-static double
-median (float *v, unsigned n)
+static void
+sort (float *v, unsigned n)
 {
   unsigned i, j;
 
@@ -394,40 +378,59 @@ median (float *v, unsigned n)
       v[j] = v[j - 1];
     v[j] = x;
   }
+}
+
+static double
+median (float *v, unsigned n)
+{
+  sort (v, n);
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* The rung's pairs back, both of them: how many, and the medians of
- * their base reads, of their blocks and of their ratios.  *pending:
- * pairs handed out not yet back.  Lock held.
- */
-static unsigned
-pairs_back (const struct ladder *k, double *base, double *block,
-            double *ratio, unsigned *pending)
+/* The rung's pairs so far. */
+struct pairs {
+  unsigned n;                           /* back, both of them */
+  unsigned pending;                     /* handed out, not yet back */
+  double base, block;                   /* the medians of their reads */
+  double ratio, lo, hi;                 /* of their ratios: the lower
+                                           median, the least, the most */
+};
+
+/* Lock held. */
+static void
+pairs_back (const struct ladder *k, struct pairs *p)
 {
   float b[PAIRS], r[PAIRS], q[PAIRS];
-  unsigned i, n = 0;
+  unsigned i;
 
-  *pending = 0;
+  *p = (struct pairs) { .n = 0 };
   for (i = 0; i < (k->sent + 1) / 2; i++) {
     if (k->lost[i])
       continue;
     if (k->base_ns[i] == 0 || k->block_ns[i] == 0) {
-      (*pending)++;
+      p->pending++;
       continue;
     }
-    b[n] = k->base_ns[i];
-    r[n] = k->block_ns[i];
-    q[n] = k->block_ns[i] / k->base_ns[i];
-    n++;
+    b[p->n] = k->base_ns[i];
+    r[p->n] = k->block_ns[i];
+    q[p->n] = k->block_ns[i] / k->base_ns[i];
+    p->n++;
   }
-  if (n) {
-    *base = median (b, n);
-    *block = median (r, n);
-    *ratio = median (q, n);
+  if (p->n) {
+    p->base = median (b, p->n);
+    p->block = median (r, p->n);
+    /* The lower median: a knee only where more than half the pairs
+     * say so (one found too low costs far more than one found too
+     * high: judge_rung).
+     */
+    sort (q, p->n);
+    p->ratio = q[(p->n - 1) / 2];
+    p->lo = q[0];
+    p->hi = q[p->n - 1];
   }
-  return n;
 }
+
+static void fresh_pairs (struct ladder *k);
 
 /* Try the next rung: halfway (in powers of 2) between the largest
  * block found flat and the smallest found not (or the cap), rounded
@@ -441,6 +444,15 @@ next_rung (struct ladder *k)
                                                : pow2_floor (k->cap));
 
   k->rung = UINT32_C (1) << ((lo + hi + 1) / 2);
+  fresh_pairs (k);
+}
+
+/* The rung's pairs start afresh (those in flight no longer count).
+ * Lock held.
+ */
+static void
+fresh_pairs (struct ladder *k)
+{
   k->tries++;
   k->sent = 0;
   memset (k->base_ns, 0, sizeof k->base_ns);
@@ -474,7 +486,7 @@ ladder_done (struct tune *t, double base)
     return false;
   publish (t, &(struct tune_learnt) {
       .queued = queued (t),
-      .grain = k->flat, .flat_ns = k->flat > class_bytes (k->base) ?
+      .grain = k->flat, .flat_ns = k->flat > size_class_bytes (k->base) ?
                                    k->flat_ns : base,
       .lat_ns = k->knee ? k->knee_base_ns : k->flat_ns,
       .ns_per_byte = k->knee && k->knee_ns > k->knee_base_ns ?
@@ -485,64 +497,94 @@ ladder_done (struct tune *t, double base)
 
 /* A rung is flat below this ratio.  Over a plugin that serializes
  * requests, nothing overlaps: a block is worth it while it costs at
- * most three quarters of the reads it stands for.
+ * most three quarters of the reads it stands for.  Lock held.
  */
 static double
-knee (const struct ladder *k)
+knee (const struct tune *t)
 {
+  const struct ladder *k = &t->ladder;
+
   if (reshape_cfg.parallel_ok)
     return KNEE;
-  return SERIAL_KNEE * k->rung / class_bytes (k->base);
+  return SERIAL_KNEE * k->rung / size_class_bytes (k->base);
 }
 
 /* Once enough pairs are back: a plugin without latency, or the rung is
- * flat or the knee.  A rung is called flat early, the knee only on
- * all its pairs: a knee found too low, below a cluster that every read
- * decodes whole, would have each cluster decoded many times over,
- * where one found too high only makes grains larger.  A rung whose
- * pairs were mostly lost starts again.  Lock held.
+ * flat or the knee.  A rung is called early if every pair says it is
+ * clearly flat, or clearly the knee (CLEAR_KNEE: a block costing twice
+ * what the knee does, as one past several clusters does; one pair
+ * that waited behind a block of the stream's says the opposite), else
+ * on the median of all its pairs: a
+ * knee found too low, below a cluster that every read decodes whole,
+ * would have each cluster decoded many times over, where one found
+ * too high only makes grains larger.  For the same reason a knee
+ * seen on the first rung while the plugin's queue was long is tried
+ * once more, and a rung whose pairs were mostly lost starts again.
+ * Lock held.
  */
 static void
 judge_rung (struct tune *t)
 {
   struct ladder *k = &t->ladder;
-  double base = 0, block = 0, ratio = 0;
-  unsigned pending;
-  const unsigned n = pairs_back (k, &base, &block, &ratio, &pending);
-  const bool all_back = k->sent >= 2 * PAIRS && pending == 0;
+  struct pairs p;
+  double fastest, line;
+  bool all_back, again;
 
-  if (n < PAIRS_FLAT) {
+  pairs_back (k, &p);
+  all_back = k->sent >= 2 * PAIRS && p.pending == 0;
+  if (p.n < PAIRS_FLAT) {
     if (all_back)                       /* mostly lost: again */
       next_rung (k);
     return;
   }
   /* The fastest read of the stream's size ever seen: under load a
    * plugin without latency slows down too (its copies share the CPUs).
+   * (None was recorded if they all went through bounce buffers: then
+   * the pairs' own.)
    */
-  if (t->table[TUNE_READ][k->base].fastest < PLUGIN_SLOW_NS) {
-    publish (t, &(struct tune_learnt) {
-        .fast = true, .flat_ns = t->table[TUNE_READ][k->base].fastest });
+  fastest = t->table[TUNE_READ][k->base].fastest;
+  if (fastest == 0)
+    fastest = p.base;
+  if (fastest < PLUGIN_SLOW_NS) {
+    publish (t, &(struct tune_learnt) { .fast = true, .flat_ns = fastest });
     __atomic_add_fetch (&registry.generation, 1, __ATOMIC_RELAXED);
     return;
   }
-  if (ratio > knee (k) * CLEAR_FLAT / KNEE && !all_back)
+  line = knee (t);
+  if (!all_back &&
+      p.hi >= line * CLEAR_FLAT / KNEE && p.lo <= line * CLEAR_KNEE / KNEE)
     return;
+  /* The first rung's knee, while the plugin's queue was long: its
+   * pairs meet the reads a stream's start piles up (nbdcopy sends 256
+   * at once), whose order in the queue weighed more than the pairs'
+   * sizes (qcow2dec: 1M blocks 3x 256K reads, then 1.0x).  Once more,
+   * later.
+   */
+  again = p.ratio >= line && !k->judged && !k->retried &&
+          p.base >= QUEUED * fastest;
   if (reshape_debug_tune)
     nbdkit_debug ("reshape: tune: export '%s': %" PRIu32 "K blocks "
                   "%.3f ms against %" PRIu64 "K reads %.3f ms (%.2fx, %u "
-                  "pairs): %s", t->name, k->rung / 1024, block / 1e6,
-                  class_bytes (k->base) / 1024, base / 1e6, ratio, n,
-                  ratio < knee (k) ? "flat" : "the knee");
-  if (ratio < knee (k)) {
+                  "pairs): %s%s", t->name, k->rung / 1024, p.block / 1e6,
+                  size_class_bytes (k->base) / 1024, p.base / 1e6, p.ratio,
+                  p.n, p.ratio < line ? "flat" : "the knee",
+                  again ? ", queued: again" : "");
+  if (again) {
+    k->retried = true;
+    fresh_pairs (k);
+    return;
+  }
+  k->judged = true;
+  if (p.ratio < line) {
     k->flat = k->rung;
-    k->flat_ns = block;
+    k->flat_ns = p.block;
   }
   else {
     k->knee = k->rung;
-    k->knee_ns = block;
-    k->knee_base_ns = base;
+    k->knee_ns = p.block;
+    k->knee_base_ns = p.base;
   }
-  if (!ladder_done (t, base))
+  if (!ladder_done (t, p.base))
     next_rung (k);
 }
 
@@ -558,14 +600,34 @@ grains_pay (const struct tune *t, uint32_t count)
     (t->learnt.queued || !reshape_cfg.parallel_ok);
 }
 
+/* Start the ladder from reads of count bytes, within cap: false if
+ * there is no room to learn in.  Reads of BASE_MAX or more are large
+ * already (qemu-img convert reads 2M): what the learning could find
+ * beyond them would not pay for its blocks.  The first rung is at
+ * least twice the minimum block (blocks are whole blocks).  Lock held.
+ */
+static bool
+start_ladder (struct tune *t, uint32_t count, uint64_t cap)
+{
+  struct ladder *k = &t->ladder;
+  const uint64_t flat = max_u64 (size_class_bytes (size_class (count)),
+                                 max_u64 (t->geo.min, 1));
+
+  if (count >= BASE_MAX || 2 * flat > cap)
+    return false;
+  *k = (struct ladder) { .base = size_class (count), .cap = cap,
+                         .flat = flat, .tries = k->tries };
+  next_rung (k);
+  return true;
+}
+
 void
 tune_stream_fetch (struct tune *t, uint32_t count, uint64_t cap,
                    struct tune_fetch *f)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
   struct ladder *k = &t->ladder;
-  double base, block, ratio;
-  unsigned pending;
+  struct pairs p;
 
   *f = (struct tune_fetch) { .size = 0 };
   if (t->known) {
@@ -573,35 +635,34 @@ tune_stream_fetch (struct tune *t, uint32_t count, uint64_t cap,
       f->size = t->sizes.grain;
     return;
   }
-  k->cap = cap = min_u64 (cap, LADDER_MAX);
-  if (k->rung == 0) {
-    /* Reads of BASE_MAX or more are large already (qemu-img convert
-     * reads 2M): no room left to learn in that would pay for the
-     * learning's blocks.
-     */
-    if (count >= BASE_MAX || pow2_floor (count) * 2 > cap)
-      return;
-    k->base = class_of (count);
-    k->flat = class_bytes (k->base);
-    next_rung (k);
-  }
-  if (class_of (count) != k->base || k->rung > cap)
-    return;                             /* another stream's reads */
+  cap = min_u64 (cap, LADDER_MAX);
+  /* Another size's stream: the ladder's reads may have been a few at
+   * connect time (partition probing); a stream that keeps missing
+   * while they do not starts the ladder afresh from its own size.
+   */
+  if (k->rung && size_class (count) != k->base &&
+      ++k->others >= 2 * WARMUP)
+    k->rung = 0;
+  if (k->rung == 0 && !start_ladder (t, count, cap))
+    return;
+  if (size_class (count) != k->base || k->rung > cap)
+    return;
+  k->others = 0;
   f->alone = true;
   /* Not at the stream's start, when its reads pile up at the plugin,
    * nor too many at once: those sent together meet different queues.
-   * Meanwhile, if the plugin is busy, blocks of the rung tried: a busy
-   * plugin's reads cost it work, and a block of a rung found flat or
-   * not (past a cluster) costs no more work per byte than the reads it
-   * stands for.
+   * Meanwhile, if the plugin is busy (its reads cost it work), blocks
+   * that cost no more than the reads they stand for: of the rung tried
+   * once its pairs so far say it is flat, else the largest found flat.
    */
+  pairs_back (k, &p);
   if (k->warmup < WARMUP || k->sent >= 2 * PAIRS ||
-      (k->sent % 2 == 0 &&
-       (pairs_back (k, &base, &block, &ratio, &pending), pending) >=
-       PAIRS_AT_ONCE)) {
+      (k->sent % 2 == 0 && p.pending >= PAIRS_AT_ONCE)) {
     k->warmup++;
     if (queued (t))
-      f->size = k->rung;
+      f->size = p.n && p.ratio < knee (t) ? k->rung : k->flat;
+    if (f->size <= count)
+      f->size = 0;
     return;
   }
   /* Base or block first, in turn: whichever is sent first may meet a
@@ -651,7 +712,7 @@ report_one (struct tune *t, void *fpv)
     fprintf (fp, "\nreshape-size=auto, export '%s': still learning "
              "(trying %" PRIu32 "K blocks for %" PRIu64 "K reads)\n",
              t->name, t->ladder.rung / 1024,
-             class_bytes (t->ladder.base) / 1024);
+             size_class_bytes (t->ladder.base) / 1024);
   else
     fprintf (fp, "\nreshape-size=auto, export '%s': nothing learnt "
              "(no client read a stream of small reads)\n", t->name);
@@ -662,12 +723,12 @@ report_one (struct tune *t, void *fpv)
   fprintf (fp, "  %-8s %8s %10s %10s %10s\n", "", "size", "calls",
            "mean ms", "MB/s");
   for (d = 0; d < TUNE_DIRS; d++)
-    for (c = 0; c < NCLASSES; c++) {
+    for (c = 0; c < SIZE_CLASSES; c++) {
       const struct samples *s = &t->table[d][c];
       if (s->calls == 0)
         continue;
       fprintf (fp, "  %-8s %7" PRIu64 "K %10" PRIu64 " %10.3f %10.1f\n",
-               dirs[d], class_bytes (c) / 1024, s->calls,
+               dirs[d], size_class_bytes (c) / 1024, s->calls,
                (double) s->ns / s->calls / 1e6,
                s->ns ? (double) s->bytes / s->ns * 1e3 : 0.0);
     }

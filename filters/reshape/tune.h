@@ -15,13 +15,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "tunables.h"
 #include "walk.h"
-
-/* A plugin call answered faster than this (memory, a file in the page
- * cache) has no latency worth hiding: neither helper threads
- * (split.c) nor readahead (readahead.c) pay for themselves there.
- */
-#define PLUGIN_SLOW_NS (50 * 1000)
 
 /* -D reshape.tune=1: every sample the learning decides on. */
 extern int reshape_debug_tune;
@@ -95,6 +90,10 @@ extern void tune_teach (struct tune *t, const struct tune_learnt *l);
 extern unsigned tune_generation (void);
 
 extern void tune_sizes (struct tune *t, struct tune_sizes *s);
+/* Learnt to have no latency: nothing the filter could read ahead,
+ * fetch or cut for it pays, nor timing its calls (lock-free).
+ */
+extern bool tune_fast (struct tune *t);
 /* The model requests are cut by: 1 with *m set; 0 if nothing is
  * learnt yet; -1 if the plugin was learnt to have no latency (nothing
  * pays for cutting).

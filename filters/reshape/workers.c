@@ -25,7 +25,7 @@
 #include "workers.h"
 
 /* The requesting thread works too: one fewer than the fan-out. */
-#define MAX_HELPERS (PARALLEL_MAX - 1)
+enum { MAX_HELPERS = PARALLEL_MAX - 1 };
 
 /* A helper's share of one request's work, on the requester's stack. */
 struct job {
@@ -40,6 +40,7 @@ struct share {
   unsigned running;
 };
 
+/* The helper threads and the jobs they take. */
 static struct {
   pthread_mutex_t lock;
   pthread_cond_t work_ready;
@@ -48,35 +49,35 @@ static struct {
   pthread_t threads[MAX_HELPERS];
   unsigned nr_threads;
   bool stopping;
-} w = {
+} crew = {
   .lock = PTHREAD_MUTEX_INITIALIZER,
   .work_ready = PTHREAD_COND_INITIALIZER,
   .work_done = PTHREAD_COND_INITIALIZER,
-  .tail = &w.head,
+  .tail = &crew.head,
 };
 
 static void *
 helper (void *arg)
 {
-  pthread_mutex_lock (&w.lock);       /* dropped around each job */
+  pthread_mutex_lock (&crew.lock);       /* dropped around each job */
   for (;;) {
-    struct job *j = w.head;
+    struct job *j = crew.head;
     if (j == NULL) {
-      if (w.stopping)
+      if (crew.stopping)
         break;
-      pthread_cond_wait (&w.work_ready, &w.lock);
+      pthread_cond_wait (&crew.work_ready, &crew.lock);
       continue;
     }
-    w.head = j->next;
-    if (w.head == NULL)
-      w.tail = &w.head;
-    pthread_mutex_unlock (&w.lock);
+    crew.head = j->next;
+    if (crew.head == NULL)
+      crew.tail = &crew.head;
+    pthread_mutex_unlock (&crew.lock);
     j->fn (j->opaque);
-    pthread_mutex_lock (&w.lock);
+    pthread_mutex_lock (&crew.lock);
     j->share->running--;
-    pthread_cond_broadcast (&w.work_done);
+    pthread_cond_broadcast (&crew.work_done);
   }
-  pthread_mutex_unlock (&w.lock);
+  pthread_mutex_unlock (&crew.lock);
   return NULL;
 }
 
@@ -87,9 +88,9 @@ workers_start (unsigned n)
 
   if (n > MAX_HELPERS)
     n = MAX_HELPERS;
-  w.stopping = false;
-  for (w.nr_threads = 0; w.nr_threads < n; w.nr_threads++) {
-    err = pthread_create (&w.threads[w.nr_threads], NULL, helper, NULL);
+  crew.stopping = false;
+  for (crew.nr_threads = 0; crew.nr_threads < n; crew.nr_threads++) {
+    err = pthread_create (&crew.threads[crew.nr_threads], NULL, helper, NULL);
     if (err) {
       errno = err;
       nbdkit_error ("reshape: starting helper thread: %m");
@@ -106,13 +107,13 @@ workers_stop (void)
   unsigned i;
 
   {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&w.lock);
-    w.stopping = true;
-    pthread_cond_broadcast (&w.work_ready);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&crew.lock);
+    crew.stopping = true;
+    pthread_cond_broadcast (&crew.work_ready);
   }
-  for (i = 0; i < w.nr_threads; i++)
-    pthread_join (w.threads[i], NULL);
-  w.nr_threads = 0;
+  for (i = 0; i < crew.nr_threads; i++)
+    pthread_join (crew.threads[i], NULL);
+  crew.nr_threads = 0;
 }
 
 /* Remove the jobs of share s that no helper has started yet.  Lock
@@ -121,16 +122,16 @@ workers_stop (void)
 static void
 withdraw (struct share *s)
 {
-  struct job **pp = &w.head;
+  struct job **pp = &crew.head;
 
-  w.tail = &w.head;
+  crew.tail = &crew.head;
   while (*pp) {
     if ((*pp)->share == s) {
       *pp = (*pp)->next;
       s->running--;
     }
     else {
-      w.tail = &(*pp)->next;
+      crew.tail = &(*pp)->next;
       pp = &(*pp)->next;
     }
   }
@@ -144,24 +145,24 @@ workers_share (void (*fn) (void *), void *opaque, unsigned helpers)
   unsigned i;
 
   {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&w.lock);
-    if (helpers > w.nr_threads)
-      helpers = w.nr_threads;
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&crew.lock);
+    if (helpers > crew.nr_threads)
+      helpers = crew.nr_threads;
     for (i = 0; i < helpers; i++) {
       jobs[i] = (struct job) { .share = &s, .fn = fn, .opaque = opaque };
-      *w.tail = &jobs[i];
-      w.tail = &jobs[i].next;
+      *crew.tail = &jobs[i];
+      crew.tail = &jobs[i].next;
       jobs[i].next = NULL;
       s.running++;
     }
     if (helpers)
-      pthread_cond_broadcast (&w.work_ready);
+      pthread_cond_broadcast (&crew.work_ready);
   }
 
   fn (opaque);                    /* our own share of the work */
 
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&w.lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&crew.lock);
   withdraw (&s);
   while (s.running > 0)
-    pthread_cond_wait (&w.work_done, &w.lock);
+    pthread_cond_wait (&crew.work_done, &crew.lock);
 }

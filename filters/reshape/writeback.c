@@ -59,14 +59,8 @@
 #include "split.h"
 #include "stage.h"
 #include "stats.h"
+#include "tunables.h"
 #include "writeback.h"
-
-/* Tries per block when a connection closes, before its data is given
- * up: a plugin failing at random (5%, say) then loses nothing in
- * practice, while one failing for good delays the close by only so
- * many requests.
- */
-#define CLOSE_TRIES 8
 
 struct wb_block {
   const struct wb_conn *owner;  /* NULL: shared by the export */
@@ -89,11 +83,11 @@ struct writeback {
   bool shared;                  /* blocks shared: the first's multi-conn */
 };
 
-/* Shared by all exports. */
+/* Staging as a whole, every export's. */
 static struct {
   uint64_t staged_bytes;        /* atomic: the fast path's test */
   uint64_t next_seq;            /* block creation order, atomic */
-} all;
+} staging;
 
 /* The first and the end of the staged bytes, for overlap tests. */
 static uint64_t
@@ -124,13 +118,13 @@ visible (const struct wb_block *b, const struct wb_conn *wc)
 static bool
 anything_staged (void)
 {
-  return __atomic_load_n (&all.staged_bytes, __ATOMIC_RELAXED) > 0;
+  return __atomic_load_n (&staging.staged_bytes, __ATOMIC_RELAXED) > 0;
 }
 
 static void
 free_block (struct wb_block *b)
 {
-  __atomic_sub_fetch (&all.staged_bytes, b->len, __ATOMIC_RELAXED);
+  __atomic_sub_fetch (&staging.staged_bytes, b->len, __ATOMIC_RELAXED);
   pool_put (POOL_STAGING, b->buf, b->len);
   free (b);
 }
@@ -217,6 +211,32 @@ claim (struct wb_claim *c, struct wb_block *b)
   c->list = b;
 }
 
+/* Is a block visible to wc that overlaps [lo, hi) busy?  Lock held. */
+static bool
+busy_over (struct wb_conn *wc, uint64_t lo, uint64_t hi)
+{
+  struct wb_block *b;
+
+  for (b = wc->wb->blocks; b; b = b->next)
+    if (visible (b, wc) && overlaps (b, lo, hi) && b->busy)
+      return true;
+  return false;
+}
+
+/* Claim every block visible to wc that overlaps [lo, hi).  Lock held,
+ * none of them busy.
+ */
+static void
+claim_over (struct wb_claim *c, struct wb_conn *wc, uint64_t lo,
+            uint64_t hi)
+{
+  struct wb_block *b;
+
+  for (b = wc->wb->blocks; b; b = b->next)
+    if (visible (b, wc) && overlaps (b, lo, hi))
+      claim (c, b);
+}
+
 /* Claim every block visible to wc that overlaps [lo, hi), once none
  * of them is busy (so nothing is held while waiting).
  */
@@ -225,18 +245,11 @@ claim_range (struct wb_claim *c, struct wb_conn *wc, uint64_t lo,
              uint64_t hi)
 {
   struct writeback *wb = wc->wb;
-  struct wb_block *b;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
 
- again:
-  for (b = wb->blocks; b; b = b->next)
-    if (visible (b, wc) && overlaps (b, lo, hi) && b->busy) {
-      pthread_cond_wait (&wb->changed, &wb->lock);
-      goto again;
-    }
-  for (b = wb->blocks; b; b = b->next)
-    if (visible (b, wc) && overlaps (b, lo, hi))
-      claim (c, b);
+  while (busy_over (wc, lo, hi))
+    pthread_cond_wait (&wb->changed, &wb->lock);
+  claim_over (c, wc, lo, hi);
 }
 
 /* Let the claimed blocks go. */
@@ -312,7 +325,7 @@ write_back (const struct io *io, struct writeback *wb, struct wb_block *b,
  * 0, or -1 with *err set to the first error.
  */
 static int
-settle (const struct io *io, struct wb_claim *c, int *err)
+write_back_claimed (const struct io *io, struct wb_claim *c, int *err)
 {
   struct wb_block **pp = &c->list;
   int r = 0, e = 0;
@@ -382,10 +395,10 @@ writeback_begin (struct wb_conn *wc, const struct io *io,
   if (!anything_staged ())
     return;
   claim_range (c, wc, lo, hi);
-  /* What the plugin refuses stays held (settle's result is c->list
-   * itself): the caller decides what to do with it.
+  /* What the plugin refuses stays held (it is what is left in
+   * c->list): the caller decides what to do with it.
    */
-  settle (io, c, &c->err);
+  write_back_claimed (io, c, &c->err);
   c->held = c->list != NULL;
 }
 
@@ -419,7 +432,6 @@ writeback_clean (struct wb_conn *wc, const struct io *io,
 {
   struct writeback *wb = wc->wb;
   struct wb_claim c = { .wb = wb };
-  struct wb_block *b;
   bool clean;
   int e;
 
@@ -429,14 +441,12 @@ writeback_clean (struct wb_conn *wc, const struct io *io,
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
 
     /* Never wait: the caller may itself hold blocks in the range. */
-    for (b = wb->blocks; b; b = b->next)
-      if (visible (b, wc) && overlaps (b, lo, hi) && b->busy)
-        return false;
-    for (b = wb->blocks; b; b = b->next)
-      if (visible (b, wc) && overlaps (b, lo, hi))
-        claim (&c, b);
+    if (busy_over (wc, lo, hi))
+      return false;
+    claim_over (&c, wc, lo, hi);
   }
-  clean = settle (io, &c, &e) == 0;   /* a failure is logged; unclean */
+  /* A failure is logged, and the range is not clean. */
+  clean = write_back_claimed (io, &c, &e) == 0;
   release (&c);
   return clean;
 }
@@ -467,6 +477,18 @@ snapshot (struct wb_conn *wc, uint64_t upto, uint64_t **seqs, size_t *n)
   return 0;
 }
 
+/* The block numbered seq, NULL if it is gone.  Lock held. */
+static struct wb_block *
+find_seq (struct writeback *wb, uint64_t seq)
+{
+  struct wb_block *b;
+
+  for (b = wb->blocks; b; b = b->next)
+    if (b->seq == seq)
+      return b;
+  return NULL;
+}
+
 /* Claim the block numbered seq, waiting while another thread holds
  * it; false if it is gone (written back).  Lock held.
  */
@@ -475,18 +497,11 @@ claim_seq (struct wb_claim *c, struct writeback *wb, uint64_t seq)
 {
   struct wb_block *b;
 
- again:
-  for (b = wb->blocks; b; b = b->next)
-    if (b->seq == seq)
-      break;
-  if (b == NULL)
-    return false;
-  if (b->busy) {
+  while ((b = find_seq (wb, seq)) != NULL && b->busy)
     pthread_cond_wait (&wb->changed, &wb->lock);
-    goto again;
-  }
-  claim (c, b);
-  return true;
+  if (b)
+    claim (c, b);
+  return b != NULL;
 }
 
 /* Write back every block visible to wc created before upto, each
@@ -521,7 +536,7 @@ drain (struct wb_conn *wc, const struct io *io, uint64_t upto, int *err)
     }
     if (!claimed)
       continue;
-    if (settle (io, &c, &e) == -1 && r == 0) {
+    if (write_back_claimed (io, &c, &e) == -1 && r == 0) {
       *err = e;
       r = -1;
     }
@@ -535,7 +550,7 @@ writeback_flush (struct wb_conn *wc, const struct io *io, int *err)
 {
   if (!anything_staged ())
     return 0;
-  return drain (wc, io, __atomic_load_n (&all.next_seq, __ATOMIC_RELAXED),
+  return drain (wc, io, __atomic_load_n (&staging.next_seq, __ATOMIC_RELAXED),
                 err);
 }
 
@@ -561,7 +576,7 @@ evict_one (struct wb_conn *wc, const struct io *io)
       return false;
     claim (&c, oldest);
   }
-  freed = settle (io, &c, &e) == 0;     /* a failure is logged */
+  freed = write_back_claimed (io, &c, &e) == 0;     /* failures logged */
   release (&c);
   return freed;
 }
@@ -586,28 +601,30 @@ new_block (struct wb_conn *wc, uint64_t boff, uint32_t len,
   }
   *b = (struct wb_block) {
     .owner = wc->shared ? NULL : wc, .off = boff, .len = len,
-    .seq = __atomic_fetch_add (&all.next_seq, 1, __ATOMIC_RELAXED),
+    .seq = __atomic_fetch_add (&staging.next_seq, 1, __ATOMIC_RELAXED),
     .staged = { .nr = 1, .r = { { lo, hi } } },
     .buf = mem, .next = wb->blocks,
   };
   wb->blocks = b;
-  __atomic_add_fetch (&all.staged_bytes, len, __ATOMIC_RELAXED);
+  __atomic_add_fetch (&staging.staged_bytes, len, __ATOMIC_RELAXED);
   return b;
 }
 
-/* Write back claimed block b, which the caller then lets go.  A
- * failure is logged and the block stays staged.
+/* Write back block b, claimed, and let it go: true if it left
+ * staging (a failure is logged, and the block stays staged).
  */
-static void
+static bool
 write_back_now (const struct io *io, struct writeback *wb,
-                struct wb_block *b, bool *freed)
+                struct wb_block *b)
 {
   struct wb_claim c = { .wb = wb, .list = b };
+  bool freed;
   int e;
 
   b->claimed = NULL;
-  *freed = settle (io, &c, &e) == 0;
+  freed = write_back_claimed (io, &c, &e) == 0;
   release (&c);
+  return freed;
 }
 
 /* The staged block visible to wc whose extent overlaps [lo, hi), if
@@ -624,83 +641,105 @@ block_over (struct wb_conn *wc, uint64_t lo, uint64_t hi)
   return NULL;
 }
 
+/* What staging a write found it must do (stage_step). */
+enum stage_next {
+  STAGED,                   /* done */
+  STAGED_WHOLE,             /* done, the block complete: send it */
+  SEND_FIRST,               /* the block has too many gaps: send it,
+                               then try again */
+  MAKE_ROOM,                /* staging is full: evict, then again */
+  WRITE_THROUGH,            /* the write cannot be staged */
+};
+
+/* One try at staging [lo, hi) of the block at boff (len bytes, this
+ * connection's request size), under the export's lock, waiting while
+ * the block is busy.  For STAGED_WHOLE and SEND_FIRST, *b is the block,
+ * claimed.
+ *
+ * Connections of one export may be told different sizes (reshape-
+ * size=auto: those made before and after it was learnt) and share
+ * their blocks (multi-conn).  A block of another shape where this
+ * one would be means writing through: staged in a block of its own,
+ * a write would be written back in the order of the blocks, not of
+ * the writes, and a block found by its offset alone may be shorter
+ * than the write reaches.
+ */
+static enum stage_next
+stage_step (struct wb_conn *wc, uint64_t boff, uint32_t len,
+            uint32_t lo, const char *buf, uint32_t count,
+            struct wb_block **b)
+{
+  struct writeback *wb = wc->wb;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
+
+  for (;;) {
+    *b = block_over (wc, boff, boff + len);
+    if (*b && ((*b)->off != boff || (*b)->len != len))
+      return WRITE_THROUGH;
+    if (*b == NULL || !(*b)->busy)
+      break;
+    pthread_cond_wait (&wb->changed, &wb->lock);
+  }
+  if (*b && !ranges_add (&(*b)->staged, lo, lo + count)) {
+    (*b)->busy = true;
+    return SEND_FIRST;
+  }
+  if (*b == NULL && (*b = new_block (wc, boff, len, lo, lo + count)) == NULL)
+    return MAKE_ROOM;
+  memcpy ((*b)->buf + lo, buf, count);
+  stats_add (C_WB_STAGED, count);
+  if (!ranges_whole (&(*b)->staged, (*b)->len))
+    return STAGED;
+  (*b)->busy = true;
+  return STAGED_WHOLE;
+}
+
 /* Stage [offset, offset+count), all within one block.  Returns true
  * if staged, false if it must be written through instead.
- *
- * The block is this connection's size, but connections of one export
- * may differ in size (reshape-size=auto: those made while the probe
- * went on beside the first, and those made after it), and share their
- * blocks (multi-conn).  A block of another shape where this one would
- * be means writing through: staged in a block of its own, a write
- * would be written back in the order of the blocks, not of the writes,
- * and a block found by its offset alone may be shorter than the write
- * reaches.
  */
 static bool
 stage (struct wb_conn *wc, const struct io *io, const char *buf,
        uint32_t count, uint64_t offset)
 {
-  struct writeback *wb = wc->wb;
   const uint64_t boff = round_down (offset, io->geo->size);
   const uint32_t len =
     min_u64 (boff + io->geo->size, io->geo->exportsize) - boff;
-  const uint32_t lo = offset - boff, hi = lo + count;
-  bool evicted = false, freed;
+  bool evicted = false;
   struct wb_block *b;
 
-  assert (hi <= len);
-  pthread_mutex_lock (&wb->lock);       /* dropped to write back */
- again:
-  b = block_over (wc, boff, boff + len);
-  if (b && (b->off != boff || b->len != len)) {
-    pthread_mutex_unlock (&wb->lock);
-    return false;
-  }
-  if (b && b->busy) {
-    pthread_cond_wait (&wb->changed, &wb->lock);
-    goto again;
-  }
-  if (b && !ranges_add (&b->staged, lo, hi)) {
-    /* Too many gaps: send what is staged, start afresh. */
-    b->busy = true;
-    pthread_mutex_unlock (&wb->lock);
-    write_back_now (io, wb, b, &freed);
-    if (!freed)
-      return false;               /* it stays: this write goes through */
-    pthread_mutex_lock (&wb->lock);
-    goto again;
-  }
-  if (b == NULL && (b = new_block (wc, boff, len, lo, hi)) == NULL) {
-    /* Staging is full: make room once, else write through. */
-    pthread_mutex_unlock (&wb->lock);
-    if (evicted || !evict_one (wc, io))
+  assert (offset - boff + count <= len);
+  for (;;) {
+    switch (stage_step (wc, boff, len, offset - boff, buf, count, &b)) {
+    case STAGED:
+      return true;
+    case STAGED_WHOLE:
+      /* Sent now.  If that fails it stays staged, and the write is
+       * acknowledged all the same: its data is kept.
+       */
+      write_back_now (io, wc->wb, b);
+      return true;
+    case SEND_FIRST:
+      if (!write_back_now (io, wc->wb, b))
+        return false;           /* it stays: this write goes through */
+      break;
+    case MAKE_ROOM:
+      if (evicted || !evict_one (wc, io))
+        return false;
+      evicted = true;
+      break;
+    case WRITE_THROUGH:
       return false;
-    evicted = true;
-    pthread_mutex_lock (&wb->lock);
-    goto again;
+    }
   }
-  memcpy (b->buf + lo, buf, count);
-  stats_add (C_WB_STAGED, count);
-  if (!ranges_whole (&b->staged, b->len)) {
-    pthread_mutex_unlock (&wb->lock);
-    return true;
-  }
-  /* Complete: send it now.  If that fails it stays staged, and the
-   * write is acknowledged all the same: its data is kept.
-   */
-  b->busy = true;
-  pthread_mutex_unlock (&wb->lock);
-  write_back_now (io, wb, b, &freed);
-  return true;
 }
 
 /* A write that is not staged goes down after the staged blocks it
  * overlaps, and is copied into those the plugin still refuses.
  */
 static int
-through (struct wb_conn *wc, const struct io *io, const struct down *down,
-         const void *buf, uint32_t count, uint64_t offset, uint32_t flags,
-         int *err)
+write_through (struct wb_conn *wc, const struct io *io,
+               const struct down *down, const void *buf, uint32_t count,
+               uint64_t offset, uint32_t flags, int *err)
 {
   struct wb_claim c;
   int r;
@@ -722,14 +761,14 @@ writeback_pwrite (struct wb_conn *wc, const struct io *io,
 
   if (!wc->may_stage || (flags & NBDKIT_FLAG_FUA) || count >= size ||
       pool_largest (POOL_STAGING) < size)
-    return through (wc, io, down, buf, count, offset, flags, err);
+    return write_through (wc, io, down, buf, count, offset, flags, err);
   while (pos < offset + count) {
     const uint32_t n = min_u64 (round_down (pos, size) + size,
                                 offset + count) - pos;
 
     if (!stage (wc, io, p + (pos - offset), n, pos))
       /* What is left goes through, in order. */
-      return through (wc, io, down, p + (pos - offset),
+      return write_through (wc, io, down, p + (pos - offset),
                       offset + count - pos, pos, flags, err);
     pos += n;
   }

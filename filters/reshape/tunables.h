@@ -1,0 +1,146 @@
+/* nbdkit-reshape-filter
+ * Copyright the nbdkit-reshape-filter authors.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * The filter's numbers, in one place.  The limits come from the NBD
+ * protocol and from nbdkit: facts, not choices.  The heuristics are
+ * choices: each says what it decides, and [where] it was measured
+ * (docs/design.md, "Thresholds", has the same list with the reasons;
+ * bench/results the runs).
+ */
+
+#ifndef NBDKIT_RESHAPE_TUNABLES_H
+#define NBDKIT_RESHAPE_TUNABLES_H
+
+#include <stdint.h>
+
+/* ---- Limits ---- */
+
+/* The largest request nbdkit's server accepts from a client. */
+#define CLIENT_MAX (64 * 1024 * 1024)
+/* The largest minimum block size NBD and nbdkit allow a plugin. */
+#define BLOCK_MIN_MAX (64 * 1024)
+/* NBD's smallest preferred block size; the largest nbdcopy takes. */
+#define NBD_PREFERRED_MIN 512
+#define NBD_PREFERRED_MAX (32 * 1024 * 1024)
+/* NBD's longest export name. */
+#define NBD_NAME_MAX 4096
+
+/* ---- Parameters' defaults and bounds ---- */
+
+/* The request size until something is learnt [seeds' sweep of nbdcopy
+ * --request-size over sparse-random; nbdcopy's own default].
+ */
+#define DEFAULT_SIZE (256 * 1024)
+/* reshape-pool: 8 of the largest windows, 256 staged blocks. */
+#define DEFAULT_POOL (64 * 1024 * 1024)
+/* reshape-parallel: nbdkit's threads per connection [bench big: 8
+ * left the plugin's streams a third short].
+ */
+#define DEFAULT_PARALLEL 16
+#define PARALLEL_MAX 64
+/* reshape-readahead: five doublings from 256K [bench naive]. */
+#define DEFAULT_READAHEAD (8 * 1024 * 1024)
+/* reshape-sndbuf: where the send buffer is raised by default, and from
+ * which reply size [bench/sndbuf.sh: 1.28x at 256K replies, 0.93x at
+ * 32K].
+ */
+#if defined (__linux__) || defined (__APPLE__)
+#define DEFAULT_SNDBUF (2 * 1024 * 1024)
+#else
+#define DEFAULT_SNDBUF 0
+#endif
+#define LARGE_REPLY (256 * 1024)
+
+/* ---- Heuristics ---- */
+
+/* A plugin call faster than this has no latency worth hiding: no
+ * helper threads, windows or grains for it [memory and the page cache
+ * against the 1 ms model].
+ */
+#define PLUGIN_SLOW_NS (50 * 1000)
+
+/* Streams (readahead.c): reads in a row that each came alone make a
+ * client that waits for each read; how far out of order a pipelining
+ * client's reads arrive, in reads [nbdcopy keeps 64 in flight].
+ */
+#define ALONE_RUN 4
+#define REORDER 64
+
+/* The readahead budget (cache.c): unasked bytes, at most 1/SHARE of
+ * what an export's clients read, plus BASE.
+ */
+#define BUDGET_SHARE 20
+#define BUDGET_BASE (16 * 1024 * 1024)
+
+/* reshape-size=auto's learning (tune.c) [qcow2dec over 1G, 30 runs;
+ * the model's shapes; bench/results/tune]:
+ *   BASE_MAX       learnt from streams of reads smaller than this
+ *   LADDER_MAX     the largest block tried
+ *   WARMUP         a stream's misses before the first sample
+ *   PAIRS          samples per rung, at most; PAIRS_FLAT to call it
+ *                  clearly flat; PAIRS_AT_ONCE in flight
+ *   KNEE           a block this many times a read's cost is the knee
+ *                  (CLEAR_FLAT: clearly not; CLEAR_KNEE: clearly so;
+ *                  SERIAL_KNEE, per byte, over a plugin that
+ *                  serializes requests)
+ *   QUEUED         reads this many times slower than the fastest, on
+ *                  average over the last RECENT: the plugin is busy
+ *                  (and a knee seen with base reads this slow is
+ *                  tried again)
+ *   PREFERRED_CAP  the largest preferred size told
+ *   FAST_PREFERRED told for a plugin without latency
+ *   EXPORTS_MAX    exports whose learning is remembered
+ */
+#define BASE_MAX (1024 * 1024)
+#define LADDER_MAX (4 * 1024 * 1024)
+#define WARMUP 16
+#define PAIRS 6
+#define PAIRS_FLAT 3
+#define PAIRS_AT_ONCE 2
+#define KNEE 1.5
+#define CLEAR_FLAT 1.25
+#define CLEAR_KNEE 3.0
+#define SERIAL_KNEE 0.75
+#define QUEUED 2.0
+#define RECENT 16
+#define PREFERRED_CAP (8 * 1024 * 1024)
+#define FAST_PREFERRED (64 * 1024)
+#define EXPORTS_MAX 64
+
+/* Cut or whole (cut.c) [bench big; tune lat1]:
+ *   CUT_GAIN       a cut the model promises this much faster is tried
+ *   EXPLORE_*      try the other way every so many requests: FIRST
+ *                  until both are measured (EAGER if the model promises
+ *                  BIG_GAIN), then EVERY, backing off to RARELY
+ *   SWITCH         the other way wins when this much cheaper per byte;
+ *                  WORSE: an exploration that lost; MIN_SAMPLES of each
+ *   UNLEARNT_MIN   without a model, requests this large are tried cut,
+ *                  in pieces of PIECE_MIN or more [2M clusters: no
+ *                  smaller pieces]
+ */
+#define CUT_GAIN 1.25
+#define EXPLORE_FIRST 4
+#define EXPLORE_EAGER 2
+#define BIG_GAIN 2.0
+#define EXPLORE_EVERY 16
+#define EXPLORE_RARELY 256
+#define SWITCH 0.87
+#define WORSE 1.3
+#define MIN_SAMPLES 3
+#define UNLEARNT_MIN (8 * 1024 * 1024)
+#define PIECE_MIN (1024 * 1024)
+
+/* Write-back (writeback.c): tries per block when a connection closes,
+ * before its data is given up (a plugin failing at random then loses
+ * nothing in practice; one failing for good delays the close by so
+ * many requests).
+ */
+#define CLOSE_TRIES 8
+
+/* reshape-profile (profile.c): a connection closing saves what was
+ * learnt since, at most this often (ns).
+ */
+#define SAVE_EVERY_NS (UINT64_C (5) * 1000 * 1000 * 1000)
+
+#endif /* NBDKIT_RESHAPE_TUNABLES_H */
