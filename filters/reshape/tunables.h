@@ -82,8 +82,8 @@
  *                  clearly flat; PAIRS_AT_ONCE in flight
  *   KNEE           a block this many times a read's cost is the knee
  *                  (CLEAR_FLAT: clearly not; CLEAR_KNEE: clearly so;
- *                  SERIAL_KNEE, per byte, over a plugin that
- *                  serializes requests)
+ *                  PER_BYTE_KNEE, per byte, over a plugin that
+ *                  serializes requests or is busy)
  *   QUEUED         reads this many times slower than the fastest, on
  *                  average over the last RECENT: the plugin is busy
  *                  (and a knee seen with base reads this slow is
@@ -101,7 +101,7 @@
 #define KNEE 1.5
 #define CLEAR_FLAT 1.25
 #define CLEAR_KNEE 3.0
-#define SERIAL_KNEE 0.75
+#define PER_BYTE_KNEE 0.75
 #define QUEUED 2.0
 #define RECENT 16
 #define PREFERRED_CAP (8 * 1024 * 1024)

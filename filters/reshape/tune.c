@@ -281,12 +281,17 @@ choose_sizes (struct tune *t)
   t->sizes = (struct tune_sizes) {
     .preferred = p, .unit = p, .grain = l->grain,
   };
-  snprintf (t->why, sizeof t->why,
-            "cost flat up to %" PRIu32 "K (%.2f ms), then %.2f ms + "
-            "%.0f MB/s per stream%s: clients told %" PRIu64 "K",
-            l->grain / 1024, l->flat_ns / 1e6, l->lat_ns / 1e6,
-            l->ns_per_byte > 0 ? 1e3 / l->ns_per_byte : 0.0,
-            l->queued ? ", busy" : "", p / 1024);
+  if (l->ns_per_byte > 0)
+    snprintf (t->why, sizeof t->why,
+              "cost flat up to %" PRIu32 "K (%.2f ms), then %.2f ms + "
+              "%.0f MB/s per stream%s: clients told %" PRIu64 "K",
+              l->grain / 1024, l->flat_ns / 1e6, l->lat_ns / 1e6,
+              1e3 / l->ns_per_byte, l->queued ? ", busy" : "", p / 1024);
+  else
+    snprintf (t->why, sizeof t->why,
+              "cost flat up to %" PRIu32 "K (%.2f ms), the largest block "
+              "tried%s: clients told %" PRIu64 "K", l->grain / 1024,
+              l->flat_ns / 1e6, l->queued ? ", busy" : "", p / 1024);
 }
 
 /* Learnt: from now on, connections are told t->sizes.  Lock held. */
@@ -496,17 +501,23 @@ ladder_done (struct tune *t, double base)
 }
 
 /* A rung is flat below this ratio.  Over a plugin that serializes
- * requests, nothing overlaps: a block is worth it while it costs at
- * most three quarters of the reads it stands for.  Lock held.
+ * requests, or one kept busy (its calls wait for each other), nothing
+ * overlaps and throughput is what a byte costs: a block is worth it
+ * while it costs at most three quarters of the reads it stands for
+ * (qcow2dec decoding a 2M cluster in 3 ms, then copying it out, costs
+ * more for a larger read, but far less than the 256K reads it saves).
+ * Lock held.
  */
 static double
 knee (const struct tune *t)
 {
   const struct ladder *k = &t->ladder;
+  double per_byte;
 
-  if (reshape_cfg.parallel_ok)
+  if (reshape_cfg.parallel_ok && !queued (t))
     return KNEE;
-  return SERIAL_KNEE * k->rung / size_class_bytes (k->base);
+  per_byte = PER_BYTE_KNEE * k->rung / size_class_bytes (k->base);
+  return per_byte > KNEE ? per_byte : KNEE;
 }
 
 /* Once enough pairs are back: a plugin without latency, or the rung is
