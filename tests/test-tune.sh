@@ -136,7 +136,9 @@ nbdkit -U - --filter="$FILTER" "$MODEL" size=512M latency=1ms \
   --run 'qemu-img bench -f raw -c 48 -d 8 -s 32M -S 32M "$uri" >/dev/null'
 reads=$(plugin_reads)
 echo "1 ms plugin, 8 x 32M reads in flight, 4 lanes: $reads plugin reads"
-test "$reads" -le 110 ||
+# (Cut, a 32M read is about 10 plugin reads: all cut would be about
+# 480; here 103-111 were seen, a loaded machine starting fewer at once.)
+test "$reads" -le 150 ||
   fail "32M reads, 8 in flight over 4 lanes, were cut ($reads reads for 48)"
 
 # 32M writes, one at a time: tried cut every 4th until measured, so of
