@@ -96,7 +96,6 @@ struct ladder {
 
 struct tune {
   char *name;
-  bool fast;                            /* learnt: no latency (atomic) */
   unsigned refs;                        /* registry lock */
   struct tune *next;                    /* registry: most recent first */
   pthread_mutex_t lock;                 /* all below */
@@ -226,7 +225,6 @@ forget (struct tune *t)
   memset (&t->ladder, 0, sizeof t->ladder);
   t->ladder.tries = tries;
   t->known = false;
-  __atomic_store_n (&t->fast, false, __ATOMIC_RELAXED);
   t->learnt = (struct tune_learnt) { .fast = false };
   t->sizes = (struct tune_sizes) { 0 };
   t->why[0] = '\0';
@@ -300,7 +298,6 @@ publish (struct tune *t, const struct tune_learnt *l)
 {
   t->learnt = *l;
   t->known = true;
-  __atomic_store_n (&t->fast, l->fast, __ATOMIC_RELAXED);
   choose_sizes (t);
   if (reshape_debug_tune)
     nbdkit_debug ("reshape: tune: export '%s': %s", t->name, t->why);
@@ -330,7 +327,9 @@ tune_teach (struct tune *t, const struct tune_learnt *l)
 bool
 tune_fast (struct tune *t)
 {
-  return __atomic_load_n (&t->fast, __ATOMIC_RELAXED);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+
+  return t->known && t->learnt.fast;
 }
 
 void

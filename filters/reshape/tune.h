@@ -91,7 +91,7 @@ extern unsigned tune_generation (void);
 
 extern void tune_sizes (struct tune *t, struct tune_sizes *s);
 /* Learnt to have no latency: nothing the filter could read ahead,
- * fetch or cut for it pays, nor timing its calls (lock-free).
+ * fetch or cut for it pays, nor timing its calls.
  */
 extern bool tune_fast (struct tune *t);
 /* The model requests are cut by: 1 with *m set; 0 if nothing is
