@@ -62,9 +62,12 @@ check (const struct geometry geo, uint64_t offset, uint64_t count,
   struct walk w;
   struct piece p = { 0 };
   uint64_t pos = offset, start, end;
-  uint32_t cut = step < geo.max ? step : geo.max;
+  const uint32_t cap = geo.max - geo.max % geo.min;
+  /* Cut at multiples of step below the cap; at or above it, nowhere
+   * (only pieces of at most the cap).
+   */
+  const uint32_t cut = step < cap ? step - step % geo.min : 0;
 
-  cut -= cut % geo.min;
   walk_init (&w, &geo, offset, count, step, geo.max);
   while (walk_next (&w, &p)) {
     CHECK (p.offset == pos);
@@ -83,7 +86,7 @@ check (const struct geometry geo, uint64_t offset, uint64_t count,
       CHECK ((p.offset + p.count) % geo.min == 0 ||
              p.offset + p.count == geo.exportsize);
       CHECK (p.blk_offset == p.offset && p.blk_count == p.count);
-      CHECK (p.offset / cut == (p.offset + p.count - 1) / cut);
+      CHECK (cut == 0 || p.offset / cut == (p.offset + p.count - 1) / cut);
     }
     pos += p.count;
   }

@@ -24,13 +24,14 @@ walk_init (struct walk *w, const struct geometry *geo,
   w->end = offset + count;
   w->align = geo->min;
   w->cap = cap - cap % geo->min;
-  w->step = step < w->cap ? step : w->cap;
-  w->exportsize = geo->exportsize;
   /* Cut points must be block boundaries, or a cut would make a
-   * partial block out of an aligned request.
+   * partial block out of an aligned request.  A step of cap or more
+   * cuts nowhere but at cap: multiples of a cap such as 4G-1 (a plugin
+   * without a maximum) are no boundary of anything.
    */
-  w->step -= w->step % w->align;
-  assert (w->step > 0);
+  w->step = step < w->cap ? step - step % w->align : 0;
+  w->exportsize = geo->exportsize;
+  assert (w->step > 0 || step >= w->cap);
 }
 
 /* The end of the minimum block holding pos, clipped at end of export. */
@@ -45,7 +46,6 @@ static uint64_t
 aligned_end (const struct walk *w)
 {
   uint64_t end = w->end;
-  uint64_t next_cut = (w->pos / w->step + 1) * w->step;
 
   /* start of the final block, short when the export size is not a
    * multiple of the alignment
@@ -61,7 +61,8 @@ aligned_end (const struct walk *w)
     end -= end % w->align;
   else if (w->pos < last)
     end = last;
-  end = min_u64 (end, next_cut);
+  if (w->step)
+    end = min_u64 (end, (w->pos / w->step + 1) * w->step);
   return min_u64 (end, w->pos + w->cap);
 }
 
