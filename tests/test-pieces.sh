@@ -97,8 +97,8 @@ assert h.pread(10000, 100) == b\"z\" * 10000
 echo "ok: FUA with an unadvertised flush"
 
 # A request left whole is not cut at multiples of 4G-1 (the cap of a
-# plugin without a maximum): a write across offset 4G-1 of a 5G export
-# reaches the plugin as one request.  (Cut there, nbdcopy between two
+# plugin without a maximum), only at powers of 2: a write across offset
+# 4G-1 of a 5G export reaches the plugin with no piece starting there.  (Cut there, nbdcopy between two
 # connections of sparse-random failed a write: its 1-byte piece raced
 # the piece before it inside one of the plugin's 4K blocks.)
 nbdkit -U - --filter="$FILTER" --filter=log memory 5G \
@@ -107,6 +107,8 @@ nbdkit -U - --filter="$FILTER" --filter=log memory 5G \
 h.pwrite(b\"q\" * 8192, 4294967295 - 4096)
 assert h.pread(8192, 4294967295 - 4096) == b\"q\" * 8192
 "' || fail "a write across 4G-1"
-n=$(grep -c ' Write id=' "$tmp/4g.log")
-test "$n" = 1 || { cat "$tmp/4g.log"; fail "a write across 4G-1 was cut into $n"; }
-echo "ok: a write across 4G-1 went whole"
+grep -q ' Write id=' "$tmp/4g.log" || fail "no write logged"
+if grep ' Write id=' "$tmp/4g.log" | grep -q 'offset=0xffffffff '; then
+  cat "$tmp/4g.log"; fail "a write across 4G-1 was cut at 4G-1"
+fi
+echo "ok: a write across 4G-1 was not cut there"

@@ -63,10 +63,15 @@ check (const struct geometry geo, uint64_t offset, uint64_t count,
   struct piece p = { 0 };
   uint64_t pos = offset, start, end;
   const uint32_t cap = geo.max - geo.max % geo.min;
-  /* Cut at multiples of step below the cap; at or above it, nowhere
-   * (only pieces of at most the cap).
+  /* Cut at multiples of step below the cap; at or above it, at
+   * multiples of the largest power of 2 within the cap.
    */
-  const uint32_t cut = step < cap ? step - step % geo.min : 0;
+  uint32_t cut = cap;
+
+  while (cut & (cut - 1))
+    cut &= cut - 1;
+  if (step < cap)
+    cut = step - step % geo.min;
 
   walk_init (&w, &geo, offset, count, step, geo.max);
   while (walk_next (&w, &p)) {
@@ -86,7 +91,7 @@ check (const struct geometry geo, uint64_t offset, uint64_t count,
       CHECK ((p.offset + p.count) % geo.min == 0 ||
              p.offset + p.count == geo.exportsize);
       CHECK (p.blk_offset == p.offset && p.blk_count == p.count);
-      CHECK (cut == 0 || p.offset / cut == (p.offset + p.count - 1) / cut);
+      CHECK (p.offset / cut == (p.offset + p.count - 1) / cut);
     }
     pos += p.count;
   }

@@ -285,12 +285,10 @@ run_pieces (const struct op *o, uint64_t offset, uint64_t count,
                             .o = o, .fn = fn,
                             .requester = pthread_self () };
   unsigned helpers;
-  uint32_t piece;
 
   walk_init (&sw.w, o->io->geo, offset, count, step, o->cap);
-  piece = sw.w.step ? sw.w.step : sw.w.cap;     /* the longest piece */
-  helpers = piece < count && worth_helpers (o) ?
-    helpers_for (count, piece) : 0;
+  helpers = sw.w.step < count && worth_helpers (o) ?
+    helpers_for (count, sw.w.step) : 0;
   if (helpers) {
     stats_add (o->write ? C_PARALLEL_WRITES : C_PARALLEL_READS, 1);
     workers_share (work_on, &sw, helpers);

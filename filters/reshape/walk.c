@@ -26,12 +26,14 @@ walk_init (struct walk *w, const struct geometry *geo,
   w->cap = cap - cap % geo->min;
   /* Cut points must be block boundaries, or a cut would make a
    * partial block out of an aligned request.  A step of cap or more
-   * cuts nowhere but at cap: multiples of a cap such as 4G-1 (a plugin
-   * without a maximum) are no boundary of anything.
+   * cuts at multiples of the largest power of 2 within the cap:
+   * multiples of a cap such as 4G-1 (a plugin without a maximum) are
+   * no boundary of anything.  (min is a power of 2, so both are
+   * multiples of it.)
    */
-  w->step = step < w->cap ? step - step % w->align : 0;
+  w->step = step < w->cap ? step - step % w->align : pow2_floor (w->cap);
   w->exportsize = geo->exportsize;
-  assert (w->step > 0 || step >= w->cap);
+  assert (w->step > 0 && w->step % w->align == 0);
 }
 
 /* The end of the minimum block holding pos, clipped at end of export. */
@@ -61,8 +63,7 @@ aligned_end (const struct walk *w)
     end -= end % w->align;
   else if (w->pos < last)
     end = last;
-  if (w->step)
-    end = min_u64 (end, (w->pos / w->step + 1) * w->step);
+  end = min_u64 (end, (w->pos / w->step + 1) * w->step);
   return min_u64 (end, w->pos + w->cap);
 }
 

@@ -41,7 +41,7 @@ struct piece {
 struct walk {
   uint64_t pos, end;      /* what is left of the range */
   uint32_t align;         /* geometry min */
-  uint32_t step;          /* cut at multiples of step, 0: nowhere */
+  uint32_t step;          /* cut at multiples of step */
   uint32_t cap;           /* no piece longer than cap */
   uint64_t exportsize;
 };
