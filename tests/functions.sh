@@ -60,6 +60,26 @@ on_exit () { cleanup_hooks="$cleanup_hooks $1"; }
 
 fail () { echo "$0: FAIL: $*" >&2; exit 1; }
 
+# The learning (reshape-size=auto) is timed, and a loaded machine (CI
+# runs two tests at once on two CPUs) can mislead it: a scenario whose
+# outcome rests on timing gets up to 3 tries, each with a fresh nbdkit
+# (so learnt afresh), and fails the test only if all 3 miss.
+#   tries FN ARGS...   run the scenario FN (with set -e off: FN checks
+#                      what it runs, and fails at once, with fail, on
+#                      what is not timing, such as data that differs)
+#   miss MESSAGE       in FN: say why this try missed (returns 1, so
+#                      "test ... || miss ... || return")
+tries ()
+{
+  local i
+  for i in 1 2 3; do
+    "$@" && return 0
+    echo "$0: $1: try $i of 3 missed"
+  done
+  fail "$1: missed 3 tries in a row"
+}
+miss () { echo "$0: $*"; return 1; }
+
 # RESHAPE_CHECK (set by make): run every nbdkit of the tests under a
 # checker.  The --run command gets a clean environment, so only nbdkit
 # is checked.  Reports go to $tmp and any error fails the test at exit.

@@ -6,19 +6,18 @@
 #   - 2M compressed clusters, one decoder: a client that streams 256K
 #     reads with 16 in flight gets each cluster fetched about once,
 #     learns a 2M grain (or 4M), and the next connection is told 2M
-#     (or more);
-#     2M reads
-#     (qemu-img convert) are never cut;
+#     (or more); 2M reads (qemu-img convert) are never cut;
 #   - a plugin that takes requests in parallel and is not busy (20 ms
 #     + 100 MB/s): told 1M, and a stream's reads go to it as they are
 #     (its own reads in flight hide the latency);
-#   - the same plugin serializing requests: grains, fewer plugin reads;
+#   - a plugin serializing requests: grains, fewer plugin reads;
 #   - 1 ms + 200 MB/s: 32M reads are cut once measured faster, but not
 #     when the client keeps more of them in flight than the plugin has
 #     lanes; 32M writes are tried cut at most every 4th;
 #   - jitter: learnt, told 64K-8M, data checked;
 #   - exports smaller than what would be told: told no more than the
 #     export.
+# What rests on timing gets up to 3 tries (functions.sh: tries).
 source "$srcdir/functions.sh"
 requires /usr/bin/python3 -c 'import nbd'
 requires qemu-img --version
@@ -49,33 +48,40 @@ learnt () { grep -A1 '^reshape-size=auto' "$tmp/stats" | head -2; }
 # 2M clusters: 64M streamed in 256K reads, 16 deep, data checked.
 /usr/bin/python3 -c 'import os, sys
 open(sys.argv[1], "wb").write(os.urandom(64 << 20))' "$tmp/data"
-nbdkit -U - --filter="$FILTER" "$MODEL" $clusters calls="$tmp/calls" \
-  reshape-stats="$tmp/stats" \
-  --run "nbdcopy $tmp/data \"\$uri\" &&
-         $stream \"\$uri\" 262144 16 --check $tmp/data &&
-         nbdinfo --json \"\$uri\" > $tmp/info" ||
-  fail "2M clusters: the stream failed"
-learnt
-p=$(/usr/bin/python3 -c 'import json, sys
+clusters_stream ()
+{
+  local p reads
+  nbdkit -U - --filter="$FILTER" "$MODEL" $clusters calls="$tmp/calls" \
+    reshape-stats="$tmp/stats" \
+    --run "nbdcopy $tmp/data \"\$uri\" &&
+           $stream \"\$uri\" 262144 16 --check $tmp/data &&
+           nbdinfo --json \"\$uri\" > $tmp/info" ||
+    fail "2M clusters: the stream failed"
+  learnt
+  p=$(/usr/bin/python3 -c 'import json, sys
 print(json.load(open(sys.argv[1]))["exports"][0]["block_size_preferred"])' \
-  "$tmp/info")
-reads=$(plugin_reads)
-echo "2M clusters, 256K stream: $reads plugin reads, then told $p"
-# A grain of 2M, or 4M: waits in the decoder's queue make the knee
-# look flatter (the grain is never smaller than a cluster, it may be
-# two).  Told 2M or more, a whole number of clusters: the base reads'
-# wait behind the stream's others counts as latency, which may round
-# L B / 2 up.
-grep -Eq 'cost flat up to (2048|4096)K' "$tmp/stats" ||
-  fail "2M clusters: the grain learnt is not 2M (or 4M)"
-case "$p" in
-  2097152|4194304|8388608) ;;
-  *) fail "2M clusters: told $p, want 2097152 (or 4194304, 8388608)" ;;
-esac
-# 32 clusters; 256 reads if nothing was coalesced; the learning's own
-# reads (16 before it samples, and its pairs) come on top.
-test "$reads" -le 100 ||
-  fail "the 256K stream was not fetched a cluster at a time ($reads reads)"
+    "$tmp/info")
+  reads=$(plugin_reads)
+  echo "2M clusters, 256K stream: $reads plugin reads, then told $p"
+  # A grain of 2M, or 4M: waits in the decoder's queue make the knee
+  # look flatter (the grain is never smaller than a cluster, it may be
+  # two).  Told 2M or more, a whole number of clusters: the base
+  # reads' wait behind the stream's others counts as latency, which
+  # may round L B / 2 up.
+  grep -Eq 'cost flat up to (2048|4096)K' "$tmp/stats" ||
+    miss "2M clusters: the grain learnt is not 2M (or 4M)" || return
+  case "$p" in
+    2097152|4194304|8388608) ;;
+    *) miss "2M clusters: told $p, want 2097152 (or 4194304, 8388608)" ||
+         return ;;
+  esac
+  # 32 clusters; 256 reads if nothing was coalesced; the learning's
+  # own reads (16 before it samples, and its pairs) come on top.
+  test "$reads" -le 100 ||
+    miss "the 256K stream was not fetched a cluster at a time" \
+         "($reads reads)"
+}
+tries clusters_stream
 
 # qemu-img convert reads 2M at a time: never cut.
 qemu-img create -q -f raw "$tmp/src.img" 64M
@@ -94,35 +100,56 @@ test "$small" = 0 || fail "2M reads were cut ($small plugin reads below 1M)"
 
 # 20 ms + 100 MB/s, requests in parallel, nothing busy: told 1M, and
 # grains would only keep the client's reads waiting.
-p=$(preferred_after "262144 16 $((48 << 20))" "$MODEL" size=64M \
-    latency=20ms bandwidth=100M calls="$tmp/calls")
-learnt
-reads=$(plugin_reads)
-echo "20 ms, parallel: told $p, $reads plugin reads for 192 client reads"
-test "$p" = 1048576 || fail "20 ms, parallel: told $p, want 1048576"
-! grep -q ', busy' "$tmp/stats" || fail "20 ms, parallel: taken for busy"
-# The learning's blocks (up to 6 of 2M, then of 1M) stand for up to 72
-# of the 192; with grains after it, the 192 would be fewer than 60.
-test "$reads" -ge 120 || fail "20 ms, parallel: grains used ($reads reads)"
+parallel_20ms ()
+{
+  local p reads
+  p=$(preferred_after "262144 16 $((48 << 20))" "$MODEL" size=64M \
+      latency=20ms bandwidth=100M calls="$tmp/calls") ||
+    fail "20 ms, parallel: the stream failed"
+  learnt
+  reads=$(plugin_reads)
+  echo "20 ms, parallel: told $p, $reads plugin reads for 192 client reads"
+  test "$p" = 1048576 ||
+    miss "20 ms, parallel: told $p, want 1048576" || return
+  ! grep -q ', busy' "$tmp/stats" ||
+    miss "20 ms, parallel: taken for busy" || return
+  # The learning's blocks (up to 6 of 2M, then of 1M) stand for up to
+  # 72 of the 192; with grains after it, the 192 would be fewer than 60.
+  test "$reads" -ge 120 || miss "20 ms, parallel: grains used ($reads reads)"
+}
+tries parallel_20ms
 
-# The same plugin, serializing requests: nothing overlaps, so grains
-# pay; fewer plugin reads than client reads.
-p=$(preferred_after "262144 16 $((48 << 20))" "$MODEL" size=64M \
-    latency=1ms bandwidth=400M serialize=true calls="$tmp/calls")
-learnt
-reads=$(plugin_reads)
-echo "1 ms, serialized: told $p, $reads plugin reads for 192 client reads"
-test "$reads" -le 120 || fail "1 ms, serialized: no grains ($reads reads)"
+# A plugin serializing requests (4 ms + 400 MB/s): nothing overlaps,
+# so grains pay (a 4M block costs 3x a 256K read, and stands for 16);
+# fewer plugin reads than client reads.
+serialized ()
+{
+  local p reads
+  p=$(preferred_after "262144 16 $((48 << 20))" "$MODEL" size=64M \
+      latency=4ms bandwidth=400M serialize=true calls="$tmp/calls") ||
+    fail "4 ms, serialized: the stream failed"
+  learnt
+  reads=$(plugin_reads)
+  echo "4 ms, serialized: told $p, $reads plugin reads for 192 client reads"
+  test "$reads" -le 120 || miss "4 ms, serialized: no grains ($reads reads)"
+}
+tries serialized
 
 # 1 ms + 200 MB/s: 32M reads, one at a time, are tried cut (one piece
 # per lane) and kept cut: whole they take 4x as long.
-rm -f "$tmp/calls"
-nbdkit -U - --filter="$FILTER" "$MODEL" size=512M latency=1ms \
-  bandwidth=200M calls="$tmp/calls" \
-  --run 'qemu-img bench -f raw -c 24 -d 1 -s 32M -S 32M "$uri" >/dev/null'
-reads=$(plugin_reads)
-echo "1 ms plugin, 24 x 32M reads: $reads plugin reads"
-test "$reads" -ge 120 || fail "1 ms plugin: 32M reads were not cut"
+cut_alone ()
+{
+  local reads
+  rm -f "$tmp/calls"
+  nbdkit -U - --filter="$FILTER" "$MODEL" size=512M latency=1ms \
+    bandwidth=200M calls="$tmp/calls" \
+    --run 'qemu-img bench -f raw -c 24 -d 1 -s 32M -S 32M "$uri" >/dev/null' ||
+    fail "24 x 32M reads: qemu-img bench failed"
+  reads=$(plugin_reads)
+  echo "1 ms plugin, 24 x 32M reads: $reads plugin reads"
+  test "$reads" -ge 120 || miss "1 ms plugin: 32M reads were not cut"
+}
+tries cut_alone
 
 # The same reads, 8 in flight, with reshape-parallel=4: the client's
 # requests already use every lane the plugin has, and cutting them
@@ -130,16 +157,22 @@ test "$reads" -ge 120 || fail "1 ms plugin: 32M reads were not cut"
 # between requests, so here cutting would look faster, and does
 # without the lanes rule).  Some requests may be tried cut where fewer
 # are in flight (the first and the last ones); most go whole.
-rm -f "$tmp/calls"
-nbdkit -U - --filter="$FILTER" "$MODEL" size=512M latency=1ms \
-  bandwidth=400M calls="$tmp/calls" reshape-parallel=4 \
-  --run 'qemu-img bench -f raw -c 48 -d 8 -s 32M -S 32M "$uri" >/dev/null'
-reads=$(plugin_reads)
-echo "1 ms plugin, 8 x 32M reads in flight, 4 lanes: $reads plugin reads"
-# (Cut, a 32M read is about 10 plugin reads: all cut would be about
-# 480; here 103-111 were seen, a loaded machine starting fewer at once.)
-test "$reads" -le 150 ||
-  fail "32M reads, 8 in flight over 4 lanes, were cut ($reads reads for 48)"
+lanes_busy ()
+{
+  local reads
+  rm -f "$tmp/calls"
+  nbdkit -U - --filter="$FILTER" "$MODEL" size=512M latency=1ms \
+    bandwidth=400M calls="$tmp/calls" reshape-parallel=4 \
+    --run 'qemu-img bench -f raw -c 48 -d 8 -s 32M -S 32M "$uri" >/dev/null' ||
+    fail "48 x 32M reads, 8 in flight: qemu-img bench failed"
+  reads=$(plugin_reads)
+  echo "1 ms plugin, 8 x 32M reads in flight, 4 lanes: $reads plugin reads"
+  # (Cut, a 32M read is about 10 plugin reads: all cut would be about
+  # 480; 103-111 were seen, a loaded machine starting fewer at once.)
+  test "$reads" -le 150 ||
+    miss "32M reads, 8 in flight over 4 lanes, were cut ($reads reads for 48)"
+}
+tries lanes_busy
 
 # 32M writes, one at a time: tried cut every 4th until measured, so of
 # 8 writes 2 are tried cut (16 pieces each), no more; what was written
