@@ -21,7 +21,9 @@
  * jitter=TIME adds to every request's latency a wait drawn evenly from
  * 0 to TIME (a disk's seeks, a network), from seed=N (default 1), and
  * lanes=N serves N requests at once, the others waiting their turn (a
- * backend behind a pool of N connections).
+ * backend behind a pool of N connections).  slow-reads=N: the first N
+ * reads move their bytes ten times slower (a machine short of CPU for
+ * a moment).
  * Reads of a 2M region never written return zeros without touching
  * the disk's memory, and prefault=true allocates that memory at start
  * (for writes), so that the machine's own page faults (milliseconds
@@ -73,6 +75,7 @@ static char *bad_file;                       /* ... while this exists */
 #define REGION (2 * 1024 * 1024)
 static uint64_t first_touch_ns;     /* the first access to a region */
 static uint64_t jitter_ns;          /* at most, added to latency */
+static unsigned slow_reads;         /* the first ones: 10x slower */
 static uint64_t jitter_state = 1;   /* xorshift64, atomic */
 static unsigned char *touched;      /* per REGION: accessed yet */
 static unsigned char *written;      /* per REGION: memory holds data */
@@ -147,6 +150,10 @@ model_config (const char *key, const char *value)
   }
   else if (strcmp (key, "decoders") == 0) {
     if (nbdkit_parse_unsigned (key, value, &decoders) == -1)
+      return -1;
+  }
+  else if (strcmp (key, "slow-reads") == 0) {
+    if (nbdkit_parse_unsigned (key, value, &slow_reads) == -1)
       return -1;
   }
   else if (strcmp (key, "lanes") == 0) {
@@ -364,13 +371,14 @@ static int
 wait_for (uint32_t count, uint64_t *counter)
 {
   uint64_t ns = latency_ns + jitter ();
+  const uint64_t nth = __atomic_fetch_add (counter, 1, __ATOMIC_RELAXED);
   int r;
 
   __atomic_fetch_add (&calls, 1, __ATOMIC_RELAXED);
-  __atomic_fetch_add (counter, 1, __ATOMIC_RELAXED);
   __atomic_fetch_add (&bytes, count, __ATOMIC_RELAXED);
   if (bandwidth)
-    ns += (uint64_t) count * 1000000000 / bandwidth;
+    ns += (uint64_t) count * 1000000000 / bandwidth *
+          (counter == &reads && nth < slow_reads ? 10 : 1);
   note_inflight ();
   lane_take ();
   r = ns ? nbdkit_nanosleep (ns / 1000000000, ns % 1000000000) : 0;
@@ -577,7 +585,8 @@ static struct nbdkit_plugin plugin = {
                        "cluster=SIZE decode=TIME decoders=N "
                        "serialize=BOOL calls=FILE bad-offset=SIZE "
                        "bad-length=SIZE bad-file=FILE first-touch=TIME "
-                       "jitter=TIME seed=N lanes=N prefault=BOOL file=FILE",
+                       "jitter=TIME seed=N lanes=N slow-reads=N prefault=BOOL "
+                       "file=FILE",
   .get_ready         = model_get_ready,
   .unload            = model_unload,
   .thread_model      = model_thread_model,

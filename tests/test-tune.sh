@@ -10,7 +10,9 @@
 #   - a plugin that takes requests in parallel and is not busy (20 ms
 #     + 100 MB/s): told 1M, and a stream's reads go to it as they are
 #     (its own reads in flight hide the latency);
-#   - a plugin serializing requests: grains, fewer plugin reads;
+#   - a plugin serializing requests: grains, fewer plugin reads; and
+#     when its first reads were slow, the knee tried again and found
+#     flat: the grain learnt in the same stream;
 #   - 1 ms + 200 MB/s: 32M reads are cut once measured faster, but not
 #     when the client keeps more of them in flight than the plugin has
 #     lanes; 32M writes are tried cut at most every 4th;
@@ -134,6 +136,23 @@ serialized ()
   test "$reads" -le 120 || miss "4 ms, serialized: no grains ($reads reads)"
 }
 tries serialized
+
+# The same, with a machine short of CPU while the learning starts: the
+# first 60 reads move their bytes 10x slower, so the first ladder sees
+# the knee at 512K (or 1M, 2M); tried again later, it is flat, and the
+# ladder goes on: 2M or 4M learnt, in the same stream.
+slow_start ()
+{
+  local p
+  p=$(preferred_after "262144 16" "$MODEL" size=64M latency=4ms \
+      bandwidth=200M serialize=true slow-reads=60 calls="$tmp/calls") ||
+    fail "slow start: the stream failed"
+  learnt
+  echo "slow start: told $p, $(plugin_reads) plugin reads for 256 client reads"
+  grep -Eq 'cost flat up to (2048|4096)K' "$tmp/stats" ||
+    miss "slow start: the knee was not tried again"
+}
+tries slow_start
 
 # 1 ms + 200 MB/s: 32M reads, one at a time, are tried cut (one piece
 # per lane) and kept cut: whole they take 4x as long.

@@ -88,6 +88,8 @@
  *                  average over the last RECENT: the plugin is busy
  *                  (and a knee seen with base reads this slow is
  *                  tried again)
+ *   RECHECK_AFTER  the stream's misses after the ladder ends before
+ *                  its knee is tried once more
  *   PREFERRED_CAP  the largest preferred size told
  *   FAST_PREFERRED told for a plugin without latency
  *   EXPORTS_MAX    exports whose learning is remembered
@@ -104,6 +106,7 @@
 #define PER_BYTE_KNEE 0.75
 #define QUEUED 2.0
 #define RECENT 16
+#define RECHECK_AFTER 64
 #define PREFERRED_CAP (8 * 1024 * 1024)
 #define FAST_PREFERRED (64 * 1024)
 #define EXPORTS_MAX 64

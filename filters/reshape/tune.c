@@ -88,6 +88,10 @@ struct ladder {
                                            the last of the base's */
   bool judged;                          /* a rung was flat or the knee */
   bool retried;                         /* the first rung tried again */
+  uint32_t confirmed;                   /* a knee found twice: final */
+  unsigned recheck_in;                  /* misses until the knee is
+                                           tried again, 0: none due */
+  bool rechecking;                      /* learnt, and trying again */
   unsigned tries;                       /* rungs tried (samples' epoch) */
   unsigned sent;                        /* samples handed out */
   float base_ns[PAIRS], block_ns[PAIRS];
@@ -488,6 +492,13 @@ ladder_done (struct tune *t, double base)
 
   if (k->knee ? k->knee > 2 * k->flat : 2 * (uint64_t) k->flat <= k->cap)
     return false;
+  /* A knee is tried once more, later (RECHECK_AFTER): one found too
+   * low, by a machine short of CPU for a moment, would keep clusters
+   * decoded many times over for as long as the server runs.
+   */
+  k->rechecking = false;
+  k->rung = 0;
+  k->recheck_in = k->knee && k->knee != k->confirmed ? RECHECK_AFTER : 0;
   publish (t, &(struct tune_learnt) {
       .queued = queued (t),
       .grain = k->flat, .flat_ns = k->flat > size_class_bytes (k->base) ?
@@ -590,10 +601,15 @@ judge_rung (struct tune *t)
     k->flat_ns = p.block;
   }
   else {
+    if (k->rechecking)
+      k->confirmed = k->rung;
     k->knee = k->rung;
     k->knee_ns = p.block;
     k->knee_base_ns = p.base;
   }
+  /* A knee tried again and found flat: what lies above is unknown. */
+  if (k->rechecking && k->flat == k->rung && k->knee == k->rung)
+    k->knee = 0;
   if (!ladder_done (t, p.base))
     next_rung (k);
 }
@@ -631,6 +647,24 @@ start_ladder (struct tune *t, uint32_t count, uint64_t cap)
   return true;
 }
 
+/* Learnt: is it time to try the knee again, with a stream of the
+ * ladder's reads?  Then the ladder goes on from there.  Lock held.
+ */
+static bool
+recheck (struct ladder *k, uint32_t count)
+{
+  if (size_class (count) != k->base)
+    return false;
+  if (k->rechecking)
+    return true;
+  if (k->recheck_in == 0 || --k->recheck_in > 0)
+    return false;
+  k->rechecking = true;
+  k->rung = k->knee;
+  fresh_pairs (k);
+  return true;
+}
+
 void
 tune_stream_fetch (struct tune *t, uint32_t count, uint64_t cap,
                    struct tune_fetch *f)
@@ -640,7 +674,7 @@ tune_stream_fetch (struct tune *t, uint32_t count, uint64_t cap,
   struct pairs p;
 
   *f = (struct tune_fetch) { .size = 0 };
-  if (t->known) {
+  if (t->known && !recheck (k, count)) {
     if (grains_pay (t, count))
       f->size = t->sizes.grain;
     return;
@@ -669,6 +703,12 @@ tune_stream_fetch (struct tune *t, uint32_t count, uint64_t cap,
   if (k->warmup < WARMUP || k->sent >= 2 * PAIRS ||
       (k->sent % 2 == 0 && p.pending >= PAIRS_AT_ONCE)) {
     k->warmup++;
+    if (t->known) {                     /* trying again: as learnt */
+      f->alone = false;
+      if (grains_pay (t, count))
+        f->size = t->sizes.grain;
+      return;
+    }
     if (queued (t))
       f->size = p.n && p.ratio < knee (t) ? k->rung : k->flat;
     if (f->size <= count)
@@ -692,7 +732,8 @@ tune_sample_done (struct tune *t, const struct tune_fetch *f, uint64_t ns)
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
   struct ladder *k = &t->ladder;
 
-  if (f->rung == 0 || f->try != k->tries || t->known)
+  if (f->rung == 0 || f->try != k->tries ||
+      (t->known && !k->rechecking))
     return;                             /* a rung since judged */
   if (reshape_debug_tune > 1)
     nbdkit_debug ("reshape: tune: export '%s': %" PRIu32 "K pair %u: %s "
