@@ -76,7 +76,10 @@ for p in PLUGINS:
     warm = "profile" in setups
     vf = os.path.join(d, p + ".version")
     ver = " (%s)" % open(vf).read().strip() if os.path.exists(vf) else ""
-    md += ["## %s: %s%s" % (p, DESC.get(p, ""), ver), "",
+    cf = os.path.join(d, p + ".command")
+    cmd = (["Command: `%s`" % open(cf).read().strip(), ""]
+           if os.path.exists(cf) else [])
+    md += ["## %s: %s%s" % (p, DESC.get(p, ""), ver), ""] + cmd + [
            "| client | " + " | ".join(setups) + " | vs none | best | vs best |"
            + (" p/none | p/best |" if warm else ""),
            "|---|" + "---:|" * (len(setups) + 3 + 2 * warm)]

@@ -227,6 +227,7 @@ clients=${CLIENTS:-nbdcopy nbdcopy2m nbdcopy4k convert-from convert-to naive ran
 for p in $plugins; do
   prepare "$p" || continue
   nbdkit --version | head -1 > "$out/$p.version"
+  echo "bench/tune.sh $runs $p" > "$out/$p.command"
   for c in $clients; do
     set -- $(workload "$p" "$c")
     [ "$1" != - ] || continue
