@@ -54,18 +54,19 @@ for p in eval0.3s lat1 objstore clu2m zero serial; do
   done
 done
 
-/usr/bin/python3 - "$out" <<'EOF'
+/usr/bin/python3 - "$out" "$runs" <<'EOF'
 import glob, json, os, sys
-d = sys.argv[1]
+d, runs = sys.argv[1], sys.argv[2]
 rows = []
 for f in sorted(glob.glob(os.path.join(d, "*.json"))):
-    p, c = os.path.basename(f)[:-5].split(".", 1)
+    p, c = os.path.basename(f)[:-5].rsplit(".", 1)
     r = {x["command"]: x["median"] for x in json.load(open(f))["results"]}
     limit = r["none"] * 1.1 + 0.3
     rows.append("| %s | %s | %.3f | %.3f | %+.3f | %s |" % (
         p, c, r["none"], r["default"], r["default"] - r["none"],
         "ok" if r["default"] <= limit else "**miss**"))
 md = ["# One-shot commands: the default against no filter", "",
+      "Command: `bench/oneshot.sh %s`" % runs, "",
       "Median seconds of the runs; goal: at most 10% + 0.3 s slower.", "",
       "| plugin | client | none | default | difference | goal |",
       "|---|---|---:|---:|---:|---|"] + rows
