@@ -567,6 +567,7 @@ judge_rung (struct tune *t)
   if (fastest == 0)
     fastest = p.base;
   if (fastest < PLUGIN_SLOW_NS) {
+    k->rechecking = false;
     publish (t, &(struct tune_learnt) { .fast = true, .flat_ns = fastest });
     __atomic_add_fetch (&registry.generation, 1, __ATOMIC_RELAXED);
     return;
