@@ -154,17 +154,27 @@ slow_start ()
 }
 tries slow_start
 
+# reads_32m COUNT DEPTH PARAMETERS...: qemu-img bench's COUNT 32M reads,
+# DEPTH in flight, over the 1 ms model with PARAMETERS; prints the
+# plugin reads they made.
+reads_32m ()
+{
+  local count=$1 depth=$2; shift 2
+  rm -f "$tmp/calls"
+  nbdkit -U - --filter="$FILTER" "$MODEL" size=512M latency=1ms \
+    calls="$tmp/calls" "$@" \
+    --run "qemu-img bench -f raw -c $count -d $depth -s 32M -S 32M \
+           \"\$uri\" >/dev/null" ||
+    fail "$count x 32M reads, $depth in flight: qemu-img bench failed"
+  plugin_reads
+}
+
 # 1 ms + 200 MB/s: 32M reads, one at a time, are tried cut (one piece
 # per lane) and kept cut: whole they take 4x as long.
 cut_alone ()
 {
   local reads
-  rm -f "$tmp/calls"
-  nbdkit -U - --filter="$FILTER" "$MODEL" size=512M latency=1ms \
-    bandwidth=200M calls="$tmp/calls" \
-    --run 'qemu-img bench -f raw -c 24 -d 1 -s 32M -S 32M "$uri" >/dev/null' ||
-    fail "24 x 32M reads: qemu-img bench failed"
-  reads=$(plugin_reads)
+  reads=$(reads_32m 24 1 bandwidth=200M) || exit 1
   echo "1 ms plugin, 24 x 32M reads: $reads plugin reads"
   test "$reads" -ge 120 || miss "1 ms plugin: 32M reads were not cut"
 }
@@ -179,12 +189,7 @@ tries cut_alone
 lanes_busy ()
 {
   local reads
-  rm -f "$tmp/calls"
-  nbdkit -U - --filter="$FILTER" "$MODEL" size=512M latency=1ms \
-    bandwidth=400M calls="$tmp/calls" reshape-parallel=4 \
-    --run 'qemu-img bench -f raw -c 48 -d 8 -s 32M -S 32M "$uri" >/dev/null' ||
-    fail "48 x 32M reads, 8 in flight: qemu-img bench failed"
-  reads=$(plugin_reads)
+  reads=$(reads_32m 48 8 bandwidth=400M reshape-parallel=4) || exit 1
   echo "1 ms plugin, 8 x 32M reads in flight, 4 lanes: $reads plugin reads"
   # (Cut, a 32M read is about 10 plugin reads: all cut would be about
   # 480; 103-111 were seen, a loaded machine starting fewer at once.)
