@@ -177,6 +177,22 @@ fi
 # timed SECONDS COMMAND...: timeout(1) that sees the nbdkit above.
 timed () { local t=$1; shift; timeout "$t" bash -c '"$@"' timed "$@"; }
 
+# stat_of FILE KEY: a counter of the JSON statistics report
+# (reshape-stats=FILE.json), e.g. readahead_hits, or a key at its top;
+# "ops.pread.plugin.requests" reaches further in.
+stat_of ()
+{
+  python3 -c '
+import json, sys
+v = json.load(open(sys.argv[1]))
+path = sys.argv[2].split(".")
+if len(path) == 1 and path[0] in v["counters"]:
+    path = ["counters"] + path
+for k in path:
+    v = v[k]
+print(v)' "$1" "$2" || fail "no statistics in $1 (key $2)"
+}
+
 # Run nbdkit with the in-tree filter first in the stack.
 nbdkit_reshape () { nbdkit --filter="$FILTER" "$@"; }
 

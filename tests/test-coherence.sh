@@ -10,7 +10,7 @@ source "$srcdir/functions.sh"
 requires /usr/bin/python3 -c 'import nbd'
 
 nbdkit -U - --filter="$FILTER" --filter=delay memory 16M delay-read=1ms \
-  reshape-stats="$tmp/stats" \
+  reshape-stats="$tmp/stats.json" \
   --run '/usr/bin/python3 -c "
 import nbd, sys
 a = nbd.NBD(); a.connect_uri(sys.argv[1])
@@ -31,7 +31,7 @@ want[65536:69632] = b\"A\" * 4096
 assert got == want, \"stale data after writes from the other connection\"
 print(\"coherent\")
 " "$uri"'
-hits=$(awk '/^readahead hits/ {print $NF}' "$tmp/stats")
+hits=$(stat_of "$tmp/stats.json" readahead_hits)
 test "$hits" -gt 200 || fail "readahead did not serve the reads ($hits hits)"
 echo "ok: coherent across connections, $hits readahead hits"
 
@@ -43,7 +43,7 @@ open(sys.argv[1] + "/a", "wb").write(b"a" * (4 << 20))
 open(sys.argv[1] + "/b", "wb").write(b"b" * (4 << 20))' "$tmp/dir"
 nbdkit -U - --filter="$FILTER" --filter=delay file dir="$tmp/dir" \
   delay-read=1ms \
-  reshape-stats="$tmp/stats2" --run '/usr/bin/python3 -c "
+  reshape-stats="$tmp/stats2.json" --run '/usr/bin/python3 -c "
 import nbd, sys
 def conn(name):
     h = nbd.NBD(); h.set_export_name(name); h.connect_unix(sys.argv[1]); return h
@@ -53,7 +53,7 @@ for i in range(512):
     assert b.pread(4096, i * 4096) == b\"b\" * 4096
 print(\"exports kept apart\")
 " "$unixsocket"'
-hits=$(awk '/^readahead hits/ {print $NF}' "$tmp/stats2")
+hits=$(stat_of "$tmp/stats2.json" readahead_hits)
 test "$hits" -gt 500 || fail "two exports: readahead not exercised ($hits hits)"
 echo "ok: two exports, $hits readahead hits, no mixing"
 
@@ -78,10 +78,10 @@ print("without multi-conn: each connection reads its own data")
 PYEOF
 nbdkit -U - --filter="$FILTER" --filter=delay tmpdisk 16M \
   command='truncate -s $size "$disk"' delay-read=2ms reshape-size=256K \
-  reshape-stats="$tmp/stats3" \
+  reshape-stats="$tmp/stats3.json" \
   --run "/usr/bin/python3 $tmp/own.py \"\$uri\"" ||
   fail "without multi-conn, a connection read another's data"
-hits=$(awk '/^readahead hits/ {print $NF}' "$tmp/stats3")
+hits=$(stat_of "$tmp/stats3.json" readahead_hits)
 test "$hits" -gt 0 || fail "without multi-conn: readahead not exercised"
 
 # A plugin may serve clients with TLS and without different data under

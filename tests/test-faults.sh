@@ -22,7 +22,7 @@ run ()
       rm -f "$tmp/disk"; truncate -s $size "$tmp/disk"
       nbdkit -U - --filter="$FILTER" $filters --filter=error \
         file "$tmp/disk" error=EIO error-rate=$rate $params \
-        reshape-stats="$tmp/stats" \
+        reshape-stats="$tmp/stats.json" \
         --run "$srcdir/fault-client.py $seed \$uri $size $tmp/model" \
         2> "$tmp/stderr" || {
           grep -v injecting "$tmp/stderr" | tail -20 >&2
@@ -32,8 +32,9 @@ run ()
         fail "$name, rate $rate: seed $seed: nbdkit crashed"
       "$srcdir/compare-model.py" "$tmp/disk" "$tmp/model" ||
         fail "$name, rate $rate: seed $seed: a flushed write is lost"
-      awk '/^(readahead hits|bytes staged|read-modify-writes) / {print "  " $0}' \
-        "$tmp/stats"
+      for k in readahead_hits staged_bytes read_modify_writes; do
+        echo "  $k $(stat_of "$tmp/stats.json" $k)"
+      done
     done
   done
 }

@@ -30,11 +30,11 @@ base=$(peak "no filter" null 1G)
 pool_kb=$((64 * 1024))
 with=$(peak "filter" --filter="$FILTER" --filter=blocksize-policy null 1G \
        $policy reshape-pool=64M reshape-writeback=true \
-       reshape-stats="$tmp/stats")
+       reshape-stats="$tmp/stats.json")
 echo "peak RSS: no filter ${base} kB, filter ${with} kB (pool cap ${pool_kb} kB)"
 test "$with" -le $((base + pool_kb + 65536)) ||
   fail "peak RSS $with kB above $base + pool $pool_kb + 65536 kB"
-grep -E '^(pool|read-modify|bytes staged)' "$tmp/stats"
+grep -E '"(pool|read_modify|staged)' "$tmp/stats.json"
 
 # The smallest pool: everything waits for buffers, nothing hangs.
 small=$(peak "64K pool" --filter="$FILTER" --filter=blocksize-policy \

@@ -35,11 +35,11 @@ echo "ok: fan-out bounded, off for a serializing plugin"
 splits_in_parallel ()
 {
   nbdkit -U - --filter="$FILTER" "$MODEL" size=8M prefault=true reshape-size=4K \
-    reshape-stats="$tmp/stats" "$@" \
+    reshape-stats="$tmp/stats.json" "$@" \
     --run 'nbdsh -u "$uri" -c "
 for i in range(8):
     assert h.pread(1 << 20, i << 20) == bytes(1 << 20)"'
-  awk '/^split reads run in parallel/ { print $NF }' "$tmp/stats"
+  stat_of "$tmp/stats.json" split_reads_parallel
 }
 # (Under valgrind or the sanitizers every piece is slow.)
 if [ -z "${RESHAPE_CHECK:-}" ]; then
@@ -54,13 +54,13 @@ test "$p" = 8 || fail "a plugin with latency got helpers only $p times"
 # Reads and writes are timed apart: fast writes (memory) between slow
 # reads (delay filter) must not take the reads' helpers away.
 nbdkit -U - --filter="$FILTER" --filter=delay memory 8M delay-read=2ms \
-  reshape-size=4K reshape-stats="$tmp/stats-mixed" \
+  reshape-size=4K reshape-stats="$tmp/stats-mixed.json" \
   --run 'nbdsh -u "$uri" -c "
 h.pwrite(b\"w\" * (128 << 10), 0)
 for i in range(5):
     # (rewriting memory already there: no allocation, a fast write)
     h.pwrite(b\"w\" * (128 << 10), 0)
     assert h.pread(1 << 20, 0)[:128 << 10] == b\"w\" * (128 << 10)"'
-p=$(awk '/^split reads run in parallel/ { print $NF }' "$tmp/stats-mixed")
+p=$(stat_of "$tmp/stats-mixed.json" split_reads_parallel)
 echo "slow reads between fast writes: $p of 5 reads with helpers"
 test "$p" = 5 || fail "reads after fast writes lost their helpers ($p of 5)"

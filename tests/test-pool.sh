@@ -9,16 +9,16 @@ truncate -s 4M "$tmp/disk"
 # connections x 16 unaligned requests in flight.  timeout catches a hang.
 seed=${RESHAPE_SEEDS:-$RANDOM}; echo "seed: $seed"
 timed 300 nbdkit -U - --filter="$FILTER" --filter=blocksize-policy \
-  file "$tmp/disk" reshape-pool=64K reshape-stats="$tmp/stats" \
+  file "$tmp/disk" reshape-pool=64K reshape-stats="$tmp/stats.json" \
   blocksize-minimum=64K blocksize-preferred=64K blocksize-error-policy=error \
   --run "$srcdir/random-io.py $seed \$uri 4194304 $tmp/model \
          --conns 4 --depth 16 --ops 1500" ||
   fail "random I/O through a 64K pool failed or hung"
 "$srcdir/compare-model.py" "$tmp/disk" "$tmp/model"
-cat "$tmp/stats"
-high=$(awk '/pool high-water/ {print $NF}' "$tmp/stats")
-waits=$(awk '/pool waits at the cap/ {print $NF}' "$tmp/stats")
-reused=$(awk '/pool buffers reused/ {print $NF}' "$tmp/stats")
+cat "$tmp/stats.json"
+high=$(stat_of "$tmp/stats.json" pool_high_bytes)
+waits=$(stat_of "$tmp/stats.json" pool_waits)
+reused=$(stat_of "$tmp/stats.json" pool_reuses)
 test "$high" -le 65536 || fail "pool grew past its cap: $high"
 test "$waits" -gt 0 || fail "no request waited: the cap was not exercised"
 test "$reused" -gt 0 || fail "no buffer was reused"

@@ -22,7 +22,7 @@ run ()
     rm -f "$disk"; truncate -s "$size" "$disk"
     echo "== $name, seed $seed"
     nbdkit -U - --filter="$FILTER" $filters file "$disk" $params \
-      reshape-stats="$tmp/stats" \
+      reshape-stats="$tmp/stats.json" \
       --run "$srcdir/random-io.py $seed \$uri $esize $tmp/model --ops $ops $extra" \
       2> "$tmp/stderr" || {
         grep -v 'injecting' "$tmp/stderr" | tail -20 >&2
@@ -33,13 +33,13 @@ run ()
       fail "$name: seed $seed: backing file differs from the model"
     case "$params" in
       *writeback=true*)
-        staged=$(awk '/^bytes staged/ {print $NF}' "$tmp/stats")
+        staged=$(stat_of "$tmp/stats.json" staged_bytes)
         test "$staged" -gt 0 || fail "$name: seed $seed: nothing staged"
         echo "bytes staged: $staged" ;;
     esac
     case "$name" in
       *readahead*)
-        hits=$(awk '/^readahead hits/ {print $NF}' "$tmp/stats")
+        hits=$(stat_of "$tmp/stats.json" readahead_hits)
         # About 50 hits in 1500 operations; in the 300 of the valgrind
         # runs, a few, and none for about 1 seed in 250.
         test "$hits" -gt 0 || [ "$ops" -lt 1000 ] ||

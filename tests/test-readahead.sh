@@ -11,7 +11,7 @@ requires /usr/bin/python3 -c 'import nbd'
 reads ()
 {
   local mode=$1; shift
-  nbdkit -U - --filter="$FILTER" "$@" reshape-stats="$tmp/stats" \
+  nbdkit -U - --filter="$FILTER" "$@" reshape-stats="$tmp/stats.json" \
     --run '/usr/bin/python3 -c "
 import nbd, struct, sys
 h = nbd.NBD(); h.connect_uri(sys.argv[1])
@@ -34,8 +34,8 @@ else:
         assert h.aio_command_completed(c)
         check(b.to_bytearray(), i * 4096)
 " "$uri" '"$mode"
-  awk '/^readahead fills/ {f = $NF} /^readahead hits/ {h = $NF}
-       END {print f, h}' "$tmp/stats"
+  echo "$(stat_of "$tmp/stats.json" readahead_fills)" \
+       "$(stat_of "$tmp/stats.json" readahead_hits)"
 }
 slow="--filter=delay pattern 8M delay-read=1ms"
 
@@ -50,7 +50,7 @@ test "$hits" -gt 1500 || fail "readahead did not serve a waiting client"
 read -r fills hits <<< "$(reads aio --filter=delay pattern 8M delay-read=5ms)"
 echo "16 reads in flight, 5 ms plugin: $fills fills, $hits hits"
 test "$fills" = 0 ||
-  { cat "$tmp/stats"; fail "readahead filled windows for a pipelining client"; }
+  { cat "$tmp/stats.json"; fail "readahead filled windows for a pipelining client"; }
 
 # (Under valgrind or the sanitizers every read is slow.)
 if [ -z "${RESHAPE_CHECK:-}" ]; then
@@ -90,12 +90,12 @@ test "$failed" -le 200 || fail "windows kept trying the bad region"
 # on its own, with the staged bytes over it.  Every 4K read of the
 # stream returns what was written.  At close the refused bytes are
 # given up (the error filter still refuses them).
-rm -f "$tmp/disk" "$tmp/stats"; truncate -s 4M "$tmp/disk"
+rm -f "$tmp/disk" "$tmp/stats.json"; truncate -s 4M "$tmp/disk"
 touch "$tmp/refuse"
 nbdkit -U - --filter="$FILTER" --filter=error --filter=delay \
   file "$tmp/disk" delay-read=1ms \
   error-pwrite=EIO error-pwrite-rate=100% error-file="$tmp/refuse" \
-  reshape-writeback=true reshape-size=64K reshape-stats="$tmp/stats" \
+  reshape-writeback=true reshape-size=64K reshape-stats="$tmp/stats.json" \
   --run '/usr/bin/python3 -c "
 import nbd, sys
 h = nbd.NBD(); h.connect_uri(sys.argv[1])
@@ -108,7 +108,7 @@ for i in range(256):
         \"read %d: wrong data\" % i
 print(\"a stream over refused staged writes read right\")
 " "$uri"' 2> "$tmp/err" || { cat "$tmp/err"; fail "stream over staged writes"; }
-lost=$(awk '/^readahead fills not kept/ {print $NF}' "$tmp/stats")
+lost=$(stat_of "$tmp/stats.json" readahead_fills_lost)
 echo "readahead fills not kept: $lost"
 test "$lost" -ge 1 || fail "no window over refused staged writes was given up"
 

@@ -6,12 +6,10 @@ source "$srcdir/functions.sh"
 requires nbdsh --version
 case "$(uname -s)" in Linux) ;; *) echo "Linux-only checks: skipped"; exit 77;; esac
 
-stat_of () { awk -v k="$2" 'index($0, k) == 1 {print $NF}' "$1"; }
-
 # -U: the kernel's own view (ss) of nbdkit's connected socket.
 sock="$tmp/sock"
 start_server "$sock" "$tmp/pid" --filter="$FILTER" memory 1M \
-  reshape-sndbuf=1M reshape-stats="$tmp/stats-U"
+  reshape-sndbuf=1M reshape-stats="$tmp/stats-U.json"
 nbdsh -u "nbd+unix:///?socket=$sock" -c '
 import subprocess
 print(subprocess.run(["ss", "-x", "-a", "-m", "-p"], capture_output=True,
@@ -29,31 +27,31 @@ if grep -q skmem "$tmp/ss1"; then
   fi
   echo "ok: ss shows tb2097152 on the accepted connection only"
 fi
-test "$(stat_of "$tmp/stats-U" "client sockets raised")" = 1 ||
-  fail "-U: want 1 socket raised: $(cat "$tmp/stats-U")"
-test "$(stat_of "$tmp/stats-U" "socket send buffer obtained")" -ge 1048576 ||
+test "$(stat_of "$tmp/stats-U.json" sockets_raised)" = 1 ||
+  fail "-U: want 1 socket raised: $(cat "$tmp/stats-U.json")"
+test "$(stat_of "$tmp/stats-U.json" socket_sndbuf_bytes)" -ge 1048576 ||
   fail "-U: obtained less than asked"
 
 # -s: the socket that is stdin and stdout.
 nbdsh -c '
 h.connect_command(["bash", "-c", "nbdkit \"$@\"", "nbdkit", "-s", "--filter='"$FILTER"'", "memory", "1M",
-                   "reshape-sndbuf=1M", "reshape-stats='"$tmp/stats-s"'"])
+                   "reshape-sndbuf=1M", "reshape-stats='"$tmp/stats-s.json"'"])
 h.pwrite(b"x" * 100, 0)
 assert h.pread(100, 0) == b"x" * 100
 h.shutdown()'
 sleep 0.5
-test "$(stat_of "$tmp/stats-s" "client sockets raised")" = 1 ||
-  fail "-s: want 1 socket raised: $(cat "$tmp/stats-s")"
+test "$(stat_of "$tmp/stats-s.json" sockets_raised)" = 1 ||
+  fail "-s: want 1 socket raised: $(cat "$tmp/stats-s.json")"
 echo "ok: -s mode"
 
 # The nbd plugin's outbound unix connection is not a client connection.
 if have_plugin nbd; then
   start_server "$tmp/inner" "$tmp/inner.pid" memory 1M
   nbdkit -U - --filter="$FILTER" nbd socket="$tmp/inner" \
-    reshape-sndbuf=1M reshape-stats="$tmp/stats-nbd" \
+    reshape-sndbuf=1M reshape-stats="$tmp/stats-nbd.json" \
     --run 'nbdsh -u "$uri" -c "h.pwrite(b\"y\", 0)"'
-  test "$(stat_of "$tmp/stats-nbd" "client sockets raised")" = 1 ||
-    fail "nbd plugin: want only the client raised: $(cat "$tmp/stats-nbd")"
+  test "$(stat_of "$tmp/stats-nbd.json" sockets_raised)" = 1 ||
+    fail "nbd plugin: want only the client raised: $(cat "$tmp/stats-nbd.json")"
   echo "ok: plugin's outbound socket untouched"
 else
   without "the nbd plugin's outbound socket" "this nbdkit has no nbd plugin"
@@ -61,8 +59,8 @@ fi
 
 # off: nothing raised.
 nbdkit -U - --filter="$FILTER" memory 1M reshape-sndbuf=off \
-  reshape-stats="$tmp/stats-off" --run 'nbdinfo "$uri" >/dev/null'
-test "$(stat_of "$tmp/stats-off" "client sockets raised")" = 0 ||
+  reshape-stats="$tmp/stats-off.json" --run 'nbdinfo "$uri" >/dev/null'
+test "$(stat_of "$tmp/stats-off.json" sockets_raised)" = 0 ||
   fail "reshape-sndbuf=off raised a socket"
 echo "ok: off"
 
@@ -70,12 +68,12 @@ echo "ok: off"
 # of 256K or more: smaller replies fit the kernel's default buffer.
 default_raised ()
 {
-  nbdkit -U - --filter="$FILTER" memory 1M reshape-stats="$tmp/stats-def" \
+  nbdkit -U - --filter="$FILTER" memory 1M reshape-stats="$tmp/stats-def.json" \
     --run 'nbdsh -u "$uri" -c "
 for i in range(8):
     h.pread(4096, i * 4096)
 '"$1"'"'
-  stat_of "$tmp/stats-def" "client sockets raised"
+  stat_of "$tmp/stats-def.json" sockets_raised
 }
 test "$(default_raised '')" = 0 || fail "default: raised for 4K reads"
 test "$(default_raised 'h.pread(256 << 10, 0)')" = 1 ||
@@ -89,7 +87,7 @@ if unshare --mount --propagation private true 2>/dev/null; then
     mount -t tmpfs none /proc || exit 0
     test -e /proc/self/fd && exit 1
     nbdkit -U "$1/np.sock" -P "$1/np.pid" -f --filter="$2" memory 1M \
-      reshape-sndbuf=1M reshape-stats="$1/stats-noproc" &
+      reshape-sndbuf=1M reshape-stats="$1/stats-noproc.json" &
     job=$!
     for i in $(seq 100); do
       test -S "$1/np.sock" && test -s "$1/np.pid" && break; sleep 0.1
@@ -99,8 +97,8 @@ if unshare --mount --propagation private true 2>/dev/null; then
     kill $(cat "$1/np.pid")
     wait $job
   ' sh "$tmp" "$FILTER" || fail "no-/proc run failed"
-  if [ -f "$tmp/stats-noproc" ]; then
-    test "$(stat_of "$tmp/stats-noproc" "client sockets raised")" = 1 ||
+  if [ -f "$tmp/stats-noproc.json" ]; then
+    test "$(stat_of "$tmp/stats-noproc.json" sockets_raised)" = 1 ||
       fail "without /proc: want 1 socket raised"
     echo "ok: without /proc"
   fi

@@ -1,34 +1,103 @@
 #!/usr/bin/env bash
-# The statistics report shows client requests beside the plugin
-# requests they became, with size histograms and counters.
+# The statistics report: a summary of client requests against the
+# plugin requests they became, size histograms and the counters that
+# moved; as JSON when the file name ends in .json.  A known workload
+# is checked against both.
 source "$srcdir/functions.sh"
 requires nbdsh --version
 
-nbdkit -U - --filter="$FILTER" --filter=blocksize-policy memory 16M \
-  blocksize-minimum=4096 blocksize-error-policy=error \
-  reshape-size=256K reshape-stats="$tmp/stats" \
-  --run 'nbdsh -u "$uri" -c "
+# 4 writes of 4M cut at 256K; one unaligned 100-byte read padded to the
+# plugin's 4K block; one flush.
+workload='
 for i in range(4):
     h.pwrite(bytearray(4 << 20), i << 22)
 h.pread(100, 5)
 h.flush()
-"'
+'
+run ()
+{
+  nbdkit -U - --filter="$FILTER" --filter=blocksize-policy memory 16M \
+    blocksize-minimum=4096 blocksize-error-policy=error \
+    reshape-size=256K reshape-stats="$1" \
+    --run "nbdsh -u \"\$uri\" -c '$workload'"
+}
+
+run "$tmp/stats"
 cat "$tmp/stats"
 row () { awk -v op="$1" '$1 == op' "$tmp/stats" | head -1; }
-# pwrite: 4 client requests of 4M became 64 plugin requests of 256K.
+# The summary: pwrite: 4 client requests of 4M became 64 plugin
+# requests of 256K.
 set -- $(row pwrite)
-test "$2" = 4 && test "$3" = 16M && test "$4" = 64 && test "$5" = 16M ||
+test "$2" = 4 && test "$3" = 16M && test "$5" = 64 && test "$6" = 16M &&
+  test "$8" = 16.0 && test "${*:9}" = "plugin requests per client request" ||
   fail "pwrite row: $*"
-# pread: 1 unaligned 100-byte read became one 4K block read.
+# pread: one unaligned 100-byte read became one 4K block read.
 set -- $(row pread)
-test "$2" = 1 && test "$4" = 1 && test "$5" = 4K || fail "pread row: $*"
+test "$2" = 1 && test "$3" = 100 && test "$5" = 1 && test "$6" = 4K ||
+  fail "pread row: $*"
+set -- $(row flush)
+test "$*" = "flush 1 1" || fail "flush row: $*"
+grep -qE '^[0-9]+\.[0-9]+ s from the first client request to the last' \
+  "$tmp/stats" || fail "no elapsed time"
+grep -qx 'read that no client asked for: 3.9K, 3996.0% of the 100 clients read (padding 3.9K; read ahead, never read 0)' \
+  "$tmp/stats" || fail "unasked bytes"
+grep -qx 'size: fixed 256K (reshape-size)' "$tmp/stats" ||
+  fail "a fixed size is not reported as such"
+! grep -q 'auto' "$tmp/stats" || fail "reshape-size=auto named with a fixed size"
+# The histograms.
 grep -q '^pwrite sizes' "$tmp/stats" || fail "no pwrite histogram"
 grep -E '^ +4M\+ +#+ +4 ' "$tmp/stats" >/dev/null ||
   fail "histogram lacks the 4M client bar"
 grep -E '^ +256K\+ .* #+ +64$' "$tmp/stats" >/dev/null ||
   fail "histogram lacks the 256K plugin bar"
-grep -qE '^requests split +4$' "$tmp/stats" || fail "split counter"
-grep -qE '^partial blocks read +1$' "$tmp/stats" || fail "partial read counter"
+# Counters: only those not zero, sizes in nbdkit's units.
+grep -qE '^  requests split +4$' "$tmp/stats" || fail "split counter"
+grep -qE '^  partial blocks read +1$' "$tmp/stats" || fail "partial read counter"
+grep -qE '^  partial block padding read +3.9K$' "$tmp/stats" ||
+  fail "padding counter"
+! sed -n '/^counters/,/^$/p' "$tmp/stats" | grep -qE ' 0$' ||
+  fail "a zero counter is listed"
+! grep -q ' $' "$tmp/stats" || fail "trailing blanks"
+
+# The same workload as JSON: every counter, the ops, the size.
+run "$tmp/stats.json"
+cat "$tmp/stats.json"
+expect ()
+{
+  local v
+  v=$(stat_of "$tmp/stats.json" "$1")
+  test "$v" = "$2" || fail "JSON $1: $v, want $2"
+}
+expect schema 1
+expect ops.pwrite.client.requests 4
+expect ops.pwrite.client.bytes $((16 << 20))
+expect ops.pwrite.plugin.requests 64
+expect ops.pwrite.plugin.bytes $((16 << 20))
+expect ops.pread.client.requests 1
+expect ops.pread.client.bytes 100
+expect ops.pread.plugin.requests 1
+expect ops.pread.plugin.bytes 4096
+expect ops.flush.client.requests 1
+expect ops.flush.plugin.requests 1
+expect ops.zero.client.requests 0
+expect requests_split 4
+expect partial_blocks_read 1
+expect padding_bytes 3996
+expect unasked_bytes 3996
+expect size $((256 << 10))
+test "$(stat_of "$tmp/stats.json" ops.pwrite.plugin.sizes)" = \
+     "{'262144': 64}" || fail "JSON pwrite plugin sizes"
+python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert len(r["counters"]) >= 28, "not every counter"
+assert r["exports"] == []
+' "$tmp/stats.json" || fail "JSON shape"
+
+# reshape-size=auto: the summary names what was learnt per export.
+nbdkit -U - --filter="$FILTER" memory 1M reshape-stats="$tmp/auto" --run 'nbdinfo "$uri" >/dev/null'
+grep -qx "size: auto, export '': nothing learnt" "$tmp/auto" ||
+  { cat "$tmp/auto"; fail "auto summary line"; }
 
 # With -v the same report goes to the debug log.
 nbdkit -v -U - --filter="$FILTER" memory 1M \

@@ -47,7 +47,7 @@ round ()
   timeout -k 10 $((watchdog + 60)) \
     nbdkit -U - --filter="$FILTER" --filter=delay $filters \
     file "$tmp/disk" delay-read=1ms delay-write=1ms $policy "$@" \
-    reshape-stats="$tmp/stats" \
+    reshape-stats="$tmp/stats.json" \
     --run "$srcdir/stress-client.py $seed \$uri $size $kinds $watchdog" \
     2> "$tmp/stderr" || {
       tail -20 "$tmp/stderr" >&2
@@ -63,10 +63,10 @@ round ()
 # pool.
 hang="reshape-pool=1M reshape-readahead=250K reshape-min=4K reshape-size=64K"
 round "fixed: sequential readers" ssssssss $hang
-hits=$(awk '/^readahead hits/ {print $NF}' "$tmp/stats")
+hits=$(stat_of "$tmp/stats.json" readahead_hits)
 test "$hits" -gt 1000 || fail "the fixed case no longer reads ahead ($hits hits)"
 round "fixed: mixed" sswwrrsw $hang reshape-writeback=true
-rmw=$(awk '/^read-modify-writes/ {print $NF}' "$tmp/stats")
+rmw=$(stat_of "$tmp/stats.json" read_modify_writes)
 test "$rmw" -gt 0 || fail "the mixed case made no read-modify-write"
 round "fixed: smallest pool" sswwrrswr reshape-pool=64K reshape-min=64K \
   reshape-readahead=100K reshape-writeback=true reshape-maxlen=64K

@@ -89,13 +89,15 @@ static void
 reshape_load (void)
 {
   instances++;
+  stats_start ();
 }
 
 static void
 reshape_unload (void)
 {
   profile_save (true);
-  stats_report (reshape_cfg.stats_file, tune_report);
+  stats_report (reshape_cfg.stats_file, reshape_cfg.size,
+                reshape_cfg.size ? NULL : &tune_stats);
   profile_free ();
   tune_free_all ();
   pool_free_all ();

@@ -103,6 +103,7 @@ rmw_read (const struct io *io, const struct piece *p, void *dst, int *err)
   memcpy (dst, blk + (p->offset - p->blk_offset), p->count);
   pool_put (POOL_BOUNCE, blk, p->blk_count);
   stats_add (C_RMW_READS, 1);
+  stats_add (C_PAD_BYTES, p->blk_count - p->count);
   return 0;
 }
 
@@ -120,6 +121,7 @@ rmw_write (const struct io *io, const struct piece *p, const void *src,
 
   if (blk == NULL)
     return -1;
+  stats_add (C_PAD_BYTES, p->blk_count);     /* no client read any of it */
   at = blk + (p->offset - p->blk_offset);
   if (src)
     memcpy (at, src, p->count);

@@ -2,8 +2,10 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * The report shows at a glance how request sizes were reshaped: client
- * and plugin requests side by side, by size class.
+ * The report answers first whether the filter helped: a summary of
+ * what clients asked for against what the plugin was sent, then the
+ * size histograms side by side, then the counters that moved.  A file
+ * named *.json gets the same as JSON, for scripts.
  */
 
 #include <config.h>
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <nbdkit-filter.h>
 
@@ -21,6 +24,7 @@
 enum {
   BUCKETS = 33,                         /* log2 of 0 .. 4G */
   BAR = 24,                             /* widest histogram bar */
+  LABEL = 36,                           /* width of a counter's label */
 };
 
 struct opstats {
@@ -30,41 +34,68 @@ struct opstats {
 
 static struct opstats client[OP_COUNT], plugin[OP_COUNT];
 static uint64_t counters[C_COUNTERS];
+/* CLOCK_MONOTONIC ns: the server's start, the first and last client
+ * requests (0: none yet).
+ */
+static uint64_t started_ns, first_ns, last_ns;
 
 static const char *const op_names[OP_COUNT] = {
   "pread", "pwrite", "zero", "trim", "cache", "extents", "flush",
 };
 
-static const char *const counter_names[C_COUNTERS] = {
-  [C_SPLITS] = "requests split",
-  [C_PARALLEL_READS] = "split reads run in parallel",
-  [C_PARALLEL_WRITES] = "split writes run in parallel",
-  [C_RMW_READS] = "partial blocks read",
-  [C_RMW_WRITES] = "read-modify-writes",
-  [C_LOCK_WAITS] = "range lock waits",
-  [C_FUA_FLUSHES] = "flushes standing in for FUA",
-  [C_RA_HITS] = "readahead hits",
-  [C_RA_MISSES] = "readahead fills",
-  [C_RA_FILLED] = "bytes read ahead",
-  [C_RA_WINDOW] = "readahead window high-water (bytes)",
-  [C_RA_GRAINS] = "grains fetched for streams (auto)",
-  [C_RA_AHEAD] = "grains fetched ahead of pipelined streams",
-  [C_RA_LOST] = "readahead fills not kept",
-  [C_RA_UNREAD] = "bytes read ahead that no client read",
-  [C_RA_REFUSED] = "readahead fills over budget (not made)",
-  [C_RA_CACHED] = "bytes cached for cache requests",
-  [C_CUT_SWITCHES] = "cut-or-whole choices changed (auto)",
-  [C_WB_STAGED] = "bytes staged (write-back)",
-  [C_WB_WRITTEN] = "staged bytes written back",
-  [C_WB_FAILED] = "write-backs failed (kept staged)",
-  [C_WB_LOST] = "staged bytes lost at close",
-  [C_POOL_ALLOCS] = "pool buffers allocated",
-  [C_POOL_REUSES] = "pool buffers reused",
-  [C_POOL_WAITS] = "pool waits at the cap",
-  [C_POOL_HIGH] = "pool high-water (bytes)",
-  [C_SOCK_RAISED] = "client sockets raised",
-  [C_SOCK_OBTAINED] = "socket send buffer obtained (bytes)",
+/* Each counter's label in the text, its key in JSON, and whether it
+ * counts bytes (shown as a size).
+ */
+static const struct {
+  const char *label, *key;
+  bool bytes;
+} counter_info[C_COUNTERS] = {
+  [C_SPLITS] = { "requests split", "requests_split" },
+  [C_PARALLEL_READS] = { "split reads run in parallel",
+                         "split_reads_parallel" },
+  [C_PARALLEL_WRITES] = { "split writes run in parallel",
+                          "split_writes_parallel" },
+  [C_RMW_READS] = { "partial blocks read", "partial_blocks_read" },
+  [C_RMW_WRITES] = { "read-modify-writes", "read_modify_writes" },
+  [C_PAD_BYTES] = { "partial block padding read", "padding_bytes", true },
+  [C_LOCK_WAITS] = { "range lock waits", "range_lock_waits" },
+  [C_FUA_FLUSHES] = { "flushes standing in for FUA", "fua_flushes" },
+  [C_RA_HITS] = { "readahead hits", "readahead_hits" },
+  [C_RA_MISSES] = { "readahead fills", "readahead_fills" },
+  [C_RA_FILLED] = { "read ahead", "readahead_bytes", true },
+  [C_RA_WINDOW] = { "largest readahead window", "readahead_window_max",
+                    true },
+  [C_RA_GRAINS] = { "grains fetched for streams", "grains_fetched" },
+  [C_RA_AHEAD] = { "grains fetched ahead", "grains_ahead" },
+  [C_RA_LOST] = { "readahead fills not kept", "readahead_fills_lost" },
+  [C_RA_UNREAD] = { "read ahead, never read", "readahead_unread_bytes",
+                    true },
+  [C_RA_REFUSED] = { "readahead fills over budget",
+                     "readahead_fills_refused" },
+  [C_RA_CACHED] = { "cached for cache requests", "cached_bytes", true },
+  [C_CUT_SWITCHES] = { "cut-or-whole choices changed", "cut_switches" },
+  [C_WB_STAGED] = { "staged (write-back)", "staged_bytes", true },
+  [C_WB_WRITTEN] = { "staged, written back", "written_back_bytes", true },
+  [C_WB_FAILED] = { "write-backs failed (kept staged)",
+                    "write_backs_failed" },
+  [C_WB_LOST] = { "staged, lost at close", "staged_lost_bytes", true },
+  [C_POOL_ALLOCS] = { "pool buffers allocated", "pool_allocs" },
+  [C_POOL_REUSES] = { "pool buffers reused", "pool_reuses" },
+  [C_POOL_WAITS] = { "pool waits at the cap", "pool_waits" },
+  [C_POOL_HIGH] = { "pool high-water", "pool_high_bytes", true },
+  [C_SOCK_RAISED] = { "client sockets raised", "sockets_raised" },
+  [C_SOCK_OBTAINED] = { "socket send buffer obtained",
+                        "socket_sndbuf_bytes", true },
 };
+
+static uint64_t
+now_ns (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (uint64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 static unsigned
 bucket (uint64_t bytes)
@@ -85,9 +116,20 @@ account (struct opstats *s, uint64_t bytes)
 }
 
 void
+stats_start (void)
+{
+  started_ns = now_ns ();
+}
+
+void
 stats_client (enum stats_op op, uint64_t bytes)
 {
+  uint64_t t = now_ns (), zero = 0;
+
   account (&client[op], bytes);
+  __atomic_compare_exchange_n (&first_ns, &zero, t, false,
+                               __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  __atomic_store_n (&last_ns, t, __ATOMIC_RELAXED);
 }
 
 void
@@ -113,15 +155,15 @@ stats_max (enum stats_counter c, uint64_t v)
     ;
 }
 
-/* 4096 -> "4K", 1536 -> "1.5K". */
-static const char *
-human (uint64_t v, char *buf, size_t len)
+/* 100 -> "100", 4096 -> "4K", 1536 -> "1.5K". */
+const char *
+stats_human (uint64_t v, char *buf, size_t len)
 {
-  static const char units[] = "KMGT";
+  static const char units[] = "KMGTPE";
   double d = v;
   int u = -1;
 
-  while (d >= 1024 && u < 3) {
+  while (d >= 1024 && u < 5) {
     d /= 1024;
     u++;
   }
@@ -132,6 +174,111 @@ human (uint64_t v, char *buf, size_t len)
   else
     snprintf (buf, len, "%.1f%c", d, units[u]);
   return buf;
+}
+
+void
+stats_json_string (FILE *fp, const char *s)
+{
+  fputc ('"', fp);
+  for (; *s; s++) {
+    unsigned char c = *s;
+    if (c == '"' || c == '\\')
+      fprintf (fp, "\\%c", c);
+    else if (c < 0x20)
+      fprintf (fp, "\\u%04x", c);
+    else
+      fputc (c, fp);
+  }
+  fputc ('"', fp);
+}
+
+/* Seconds from the first to the last client request. */
+static double
+active_s (void)
+{
+  return first_ns ? (last_ns - first_ns) / 1e9 : 0;
+}
+
+static double
+up_s (void)
+{
+  return started_ns ? (now_ns () - started_ns) / 1e9 : 0;
+}
+
+/* One side of an op's summary row: "16384   64M  54.7M/s". */
+static void
+side (FILE *fp, enum stats_op op, const struct opstats *s, bool last)
+{
+  char b1[32], b2[32];
+  double secs = active_s ();
+
+  if (op == OP_FLUSH) {
+    fprintf (fp, " %9" PRIu64 "%*s", s->count, last ? 0 : 19, "");
+    return;
+  }
+  if (secs >= 0.001)
+    snprintf (b2, sizeof b2, "%s/s",
+              stats_human ((uint64_t) (s->bytes / secs), b1, sizeof b1));
+  else
+    b2[0] = '\0';
+  fprintf (fp, " %9" PRIu64 " %8s %9s", s->count,
+           stats_human (s->bytes, b1, sizeof b1), b2);
+}
+
+/* pread   16384  64M  54.7M/s   13208  65.5M  56.0M/s  1.2 to 1 */
+static void
+summary_op (FILE *fp, enum stats_op op)
+{
+  const struct opstats *c = &client[op], *p = &plugin[op];
+
+  fprintf (fp, "  %-8s", op_names[op]);
+  side (fp, op, c, false);
+  fprintf (fp, "   ");
+  side (fp, op, p, true);
+  if (p->count && c->count > p->count)
+    fprintf (fp, "  %.1f client requests per plugin request",
+             (double) c->count / p->count);
+  else if (c->count && p->count > c->count)
+    fprintf (fp, "  %.1f plugin requests per client request",
+             (double) p->count / c->count);
+  fputc ('\n', fp);
+}
+
+static uint64_t
+unasked_bytes (void)
+{
+  return counters[C_PAD_BYTES] + counters[C_RA_UNREAD];
+}
+
+static void
+write_summary (FILE *fp, uint32_t fixed_size,
+               const struct stats_learning *learning)
+{
+  char b1[32], b2[32], b3[32];
+  uint64_t asked = client[OP_PREAD].bytes;
+  unsigned op;
+
+  fprintf (fp, "nbdkit-reshape-filter statistics\n\n");
+  fprintf (fp, "%.2f s from the first client request to the last "
+           "(server up %.2f s)\n", active_s (), up_s ());
+  fprintf (fp, "  %-8s %-28s   %s\n", "", "    client requests",
+           "    plugin requests");
+  for (op = 0; op < OP_COUNT; op++)
+    if (client[op].count || plugin[op].count)
+      summary_op (fp, op);
+  fprintf (fp, "read that no client asked for: %s",
+           stats_human (unasked_bytes (), b1, sizeof b1));
+  if (asked)
+    fprintf (fp, ", %.1f%% of the %s clients read", 100.0 *
+             unasked_bytes () / asked, stats_human (asked, b2, sizeof b2));
+  fprintf (fp, " (padding %s; read ahead, never read %s)\n",
+           stats_human (counters[C_PAD_BYTES], b2, sizeof b2),
+           stats_human (counters[C_RA_UNREAD], b3, sizeof b3));
+  if (learning)
+    learning->summary (fp);
+  else
+    fprintf (fp, "size: fixed %s (reshape-size)\n",
+             stats_human (fixed_size, b1, sizeof b1));
 }
 
 static void
@@ -155,12 +302,12 @@ histogram (FILE *fp, enum stats_op op)
     if (c->hist[i] > scale) scale = c->hist[i];
     if (p->hist[i] > scale) scale = p->hist[i];
   }
-  fprintf (fp, "\n%s sizes     %-*s  %-*s\n", op_names[op],
-           BAR + 10, "client requests", BAR + 10, "plugin requests");
+  fprintf (fp, "\n%s sizes     %-*s  %s\n", op_names[op],
+           BAR + 10, "client requests", "plugin requests");
   for (i = 0; i < BUCKETS; i++) {
     if (c->hist[i] == 0 && p->hist[i] == 0)
       continue;
-    fprintf (fp, "  %6s+  ", human ((uint64_t) 1 << i, b, sizeof b));
+    fprintf (fp, "  %6s+  ", stats_human ((uint64_t) 1 << i, b, sizeof b));
     bar (fp, c->hist[i], scale);
     fprintf (fp, " %9" PRIu64 "  ", c->hist[i]);
     bar (fp, p->hist[i], scale);
@@ -169,52 +316,135 @@ histogram (FILE *fp, enum stats_op op)
 }
 
 static void
-write_report (FILE *fp)
+write_text (FILE *fp, uint32_t fixed_size,
+            const struct stats_learning *learning)
 {
-  char b1[32], b2[32];
+  char b[32];
+  bool any = false;
   unsigned op, i;
 
-  fprintf (fp, "nbdkit-reshape-filter statistics\n\n");
-  fprintf (fp, "%-8s %16s %10s %16s %10s\n",
-           "op", "client requests", "bytes", "plugin requests", "bytes");
-  for (op = 0; op < OP_COUNT; op++)
-    fprintf (fp, "%-8s %16" PRIu64 " %10s %16" PRIu64 " %10s\n",
-             op_names[op], client[op].count,
-             human (client[op].bytes, b1, sizeof b1),
-             plugin[op].count, human (plugin[op].bytes, b2, sizeof b2));
+  write_summary (fp, fixed_size, learning);
   for (op = 0; op < OP_COUNT; op++)
     if (op != OP_FLUSH && (client[op].count || plugin[op].count))
       histogram (fp, op);
-  fprintf (fp, "\n");
+  for (i = 0; i < C_COUNTERS; i++) {
+    if (counters[i] == 0)
+      continue;
+    if (!any)
+      fprintf (fp, "\ncounters (those not zero)\n");
+    any = true;
+    if (counter_info[i].bytes)
+      stats_human (counters[i], b, sizeof b);
+    else
+      snprintf (b, sizeof b, "%" PRIu64, counters[i]);
+    fprintf (fp, "  %-*s %10s\n", LABEL, counter_info[i].label, b);
+  }
+  if (learning)
+    learning->tables (fp);
+}
+
+static void
+json_side (FILE *fp, const struct opstats *s)
+{
+  const char *sep = "";
+  unsigned i;
+
+  fprintf (fp, "{\"requests\": %" PRIu64 ", \"bytes\": %" PRIu64
+           ", \"sizes\": {", s->count, s->bytes);
+  for (i = 0; i < BUCKETS; i++)
+    if (s->hist[i]) {
+      fprintf (fp, "%s\"%" PRIu64 "\": %" PRIu64, sep, (uint64_t) 1 << i,
+               s->hist[i]);
+      sep = ", ";
+    }
+  fprintf (fp, "}}");
+}
+
+static void
+write_json (FILE *fp, uint32_t fixed_size,
+            const struct stats_learning *learning)
+{
+  unsigned op, i;
+
+  fprintf (fp, "{\n  \"schema\": 1,\n");
+  fprintf (fp, "  \"elapsed_s\": %.3f,\n  \"up_s\": %.3f,\n",
+           active_s (), up_s ());
+  fprintf (fp, "  \"ops\": {");
+  for (op = 0; op < OP_COUNT; op++) {
+    fprintf (fp, "%s\n    \"%s\": {\"client\": ", op ? "," : "",
+             op_names[op]);
+    json_side (fp, &client[op]);
+    fprintf (fp, ", \"plugin\": ");
+    json_side (fp, &plugin[op]);
+    fprintf (fp, "}");
+  }
+  fprintf (fp, "\n  },\n  \"unasked_bytes\": %" PRIu64 ",\n",
+           unasked_bytes ());
+  fprintf (fp, "  \"counters\": {");
   for (i = 0; i < C_COUNTERS; i++)
-    fprintf (fp, "%-38s %" PRIu64 "\n", counter_names[i], counters[i]);
+    fprintf (fp, "%s\n    \"%s\": %" PRIu64, i ? "," : "",
+             counter_info[i].key, counters[i]);
+  fprintf (fp, "\n  },\n");
+  if (learning) {
+    fprintf (fp, "  \"size\": \"auto\",\n  \"exports\": ");
+    learning->json (fp);
+  }
+  else
+    fprintf (fp, "  \"size\": %" PRIu32 ",\n  \"exports\": []", fixed_size);
+  fprintf (fp, "\n}\n");
+}
+
+static bool
+is_json (const char *file)
+{
+  size_t n = file ? strlen (file) : 0;
+
+  return n >= 5 && strcmp (file + n - 5, ".json") == 0;
+}
+
+static void
+save (const char *file, const char *text)
+{
+  FILE *out = fopen (file, "w");
+  bool ok;
+
+  if (out == NULL) {
+    nbdkit_error ("reshape-stats: %s: %m", file);
+    return;
+  }
+  ok = fputs (text, out) != EOF;
+  if (fclose (out) == EOF || !ok)
+    nbdkit_error ("reshape-stats: %s: %m", file);
 }
 
 void
-stats_report (const char *file, void (*more) (FILE *fp))
+stats_report (const char *file, uint32_t fixed_size,
+              const struct stats_learning *learning)
 {
-  char *text = NULL, *line, *save = NULL;
+  char *text = NULL, *line, *save_ptr = NULL;
   size_t len = 0;
   FILE *fp = open_memstream (&text, &len);
 
   if (fp == NULL)
     return;
-  write_report (fp);
-  if (more)
-    more (fp);
-  fclose (fp);
-  if (file) {
-    FILE *out = fopen (file, "w");
-    if (out == NULL)
-      nbdkit_error ("reshape-stats: %s: %m", file);
-    else {
-      bool ok = fputs (text, out) != EOF;
-      if (fclose (out) == EOF || !ok)
-        nbdkit_error ("reshape-stats: %s: %m", file);
-    }
+  if (is_json (file)) {
+    write_json (fp, fixed_size, learning);
+    fclose (fp);
+    save (file, text);
+    free (text);
+    text = NULL;
+    fp = open_memstream (&text, &len);
+    if (fp == NULL)
+      return;
+    file = NULL;
   }
-  for (line = strtok_r (text, "\n", &save); line;
-       line = strtok_r (NULL, "\n", &save))
+  write_text (fp, fixed_size, learning);
+  fclose (fp);
+  if (file)
+    save (file, text);
+  /* The text goes to the debug log too (-v). */
+  for (line = strtok_r (text, "\n", &save_ptr); line;
+       line = strtok_r (NULL, "\n", &save_ptr))
     nbdkit_debug ("reshape: %s", line);
   free (text);
 }

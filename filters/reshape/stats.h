@@ -24,6 +24,7 @@ enum stats_counter {
   C_PARALLEL_WRITES,   /* and writes, zeroes, trims */
   C_RMW_READS,         /* partial blocks read through a bounce buffer */
   C_RMW_WRITES,        /* partial blocks written by read-modify-write */
+  C_PAD_BYTES,         /* bytes of partial blocks no client asked for */
   C_LOCK_WAITS,        /* range lock acquisitions that had to wait */
   C_FUA_FLUSHES,       /* flushes standing in for FUA on split writes */
   C_RA_HITS,           /* small reads served from the cache */
@@ -50,14 +51,32 @@ enum stats_counter {
   C_COUNTERS
 };
 
+/* The server's start, for the report's elapsed times. */
+extern void stats_start (void);
 extern void stats_client (enum stats_op op, uint64_t bytes);
 extern void stats_plugin (enum stats_op op, uint64_t bytes);
 extern void stats_add (enum stats_counter c, uint64_t n);
 extern void stats_max (enum stats_counter c, uint64_t v);
 
-/* Write the report to file if given, and as debug lines (-v); more,
- * if not NULL, appends to it (the layers above have their own).
+/* The learning's part of the report (reshape-size=auto): a line per
+ * export for the summary, its tables for the text, and a JSON array
+ * of the exports.
  */
-extern void stats_report (const char *file, void (*more) (FILE *fp));
+struct stats_learning {
+  void (*summary) (FILE *fp);
+  void (*tables) (FILE *fp);
+  void (*json) (FILE *fp);
+};
+
+/* Write the report to file if given (JSON if its name ends in .json),
+ * and as debug lines (-v).  fixed_size is reshape-size when given, and
+ * then learning is NULL.
+ */
+extern void stats_report (const char *file, uint32_t fixed_size,
+                          const struct stats_learning *learning);
+
+/* Helpers for the learning's part: "4K", "1.5M"; a JSON string. */
+extern const char *stats_human (uint64_t v, char *buf, size_t len);
+extern void stats_json_string (FILE *fp, const char *s);
 
 #endif /* NBDKIT_RESHAPE_STATS_H */

@@ -59,6 +59,7 @@
 
 #include "common.h"
 #include "params.h"
+#include "stats.h"
 #include "tunables.h"
 #include "tune.h"
 
@@ -749,11 +750,39 @@ tune_sample_done (struct tune *t, const struct tune_fetch *f, uint64_t ns)
   judge_rung (t);
 }
 
+/* What the export's learning says, in a few words: its state. */
+static const char *
+state_name (const struct tune *t)
+{
+  if (t->known)
+    return "learnt";
+  return t->ladder.rung ? "learning" : "nothing learnt";
+}
+
 static void
-report_one (struct tune *t, void *fpv)
+summary_one (struct tune *t, void *fpv)
+{
+  FILE *fp = fpv;
+  char b1[32], b2[32];
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+
+  fprintf (fp, "size: auto, export '%s': %s", t->name, state_name (t));
+  if (t->sizes.preferred && t->sizes.grain)
+    fprintf (fp, ", grain %s, clients told %s",
+             stats_human (t->sizes.grain, b1, sizeof b1),
+             stats_human (t->sizes.preferred, b2, sizeof b2));
+  else if (t->sizes.preferred)
+    fprintf (fp, ", clients told %s",
+             stats_human (t->sizes.preferred, b2, sizeof b2));
+  fputc ('\n', fp);
+}
+
+static void
+tables_one (struct tune *t, void *fpv)
 {
   FILE *fp = fpv;
   static const char *const dirs[TUNE_DIRS] = { "reads", "writes" };
+  char b1[32], b2[32];
   unsigned d, c;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
@@ -762,32 +791,87 @@ report_one (struct tune *t, void *fpv)
              t->why);
   else if (t->ladder.rung)
     fprintf (fp, "\nreshape-size=auto, export '%s': still learning "
-             "(trying %" PRIu32 "K blocks for %" PRIu64 "K reads)\n",
-             t->name, t->ladder.rung / 1024,
-             size_class_bytes (t->ladder.base) / 1024);
+             "(trying %s blocks for %s reads)\n", t->name,
+             stats_human (t->ladder.rung, b1, sizeof b1),
+             stats_human (size_class_bytes (t->ladder.base), b2, sizeof b2));
   else
     fprintf (fp, "\nreshape-size=auto, export '%s': nothing learnt "
              "(no client read a stream of small reads)\n", t->name);
-  if (t->sizes.preferred)
-    fprintf (fp, "  preferred %" PRIu32 "K, unit %" PRIu32 "K, "
-             "grain %" PRIu32 "K\n", t->sizes.preferred / 1024,
-             t->sizes.unit / 1024, t->sizes.grain / 1024);
   fprintf (fp, "  %-8s %8s %10s %10s %10s\n", "", "size", "calls",
-           "mean ms", "MB/s");
+           "mean ms", "per s");
   for (d = 0; d < TUNE_DIRS; d++)
     for (c = 0; c < SIZE_CLASSES; c++) {
       const struct samples *s = &t->table[d][c];
       if (s->calls == 0)
         continue;
-      fprintf (fp, "  %-8s %7" PRIu64 "K %10" PRIu64 " %10.3f %10.1f\n",
-               dirs[d], size_class_bytes (c) / 1024, s->calls,
+      fprintf (fp, "  %-8s %8s %10" PRIu64 " %10.3f %8s/s\n", dirs[d],
+               stats_human (size_class_bytes (c), b1, sizeof b1), s->calls,
                (double) s->ns / s->calls / 1e6,
-               s->ns ? (double) s->bytes / s->ns * 1e3 : 0.0);
+               stats_human (s->ns ? (uint64_t) (s->bytes * 1e9 / s->ns) : 0,
+                            b2, sizeof b2));
     }
 }
 
-void
-tune_report (FILE *fp)
+/* One export as a JSON object; *opaque counts those written. */
+struct json_out {
+  FILE *fp;
+  unsigned n;
+};
+
+static void
+json_one (struct tune *t, void *opaque)
 {
-  tune_each (report_one, fp);
+  struct json_out *o = opaque;
+  FILE *fp = o->fp;
+  static const char *const dirs[TUNE_DIRS] = { "read", "write" };
+  const char *sep = "";
+  unsigned d, c;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+
+  fprintf (fp, "%s\n    {\"name\": ", o->n++ ? "," : "");
+  stats_json_string (fp, t->name);
+  fprintf (fp, ", \"state\": \"%s\", \"why\": ", state_name (t));
+  stats_json_string (fp, t->known ? t->why : "");
+  fprintf (fp, ",\n     \"preferred\": %" PRIu32 ", \"grain\": %" PRIu32
+           ", \"unit\": %" PRIu32 ", \"trying\": %" PRIu32
+           ",\n     \"calls\": [", t->sizes.preferred, t->sizes.grain,
+           t->sizes.unit, t->known ? 0 : t->ladder.rung);
+  for (d = 0; d < TUNE_DIRS; d++)
+    for (c = 0; c < SIZE_CLASSES; c++) {
+      const struct samples *s = &t->table[d][c];
+      if (s->calls == 0)
+        continue;
+      fprintf (fp, "%s\n       {\"dir\": \"%s\", \"size\": %" PRIu64
+               ", \"calls\": %" PRIu64 ", \"bytes\": %" PRIu64
+               ", \"ns\": %" PRIu64 "}", sep, dirs[d], size_class_bytes (c),
+               s->calls, s->bytes, s->ns);
+      sep = ",";
+    }
+  fprintf (fp, "]}");
 }
+
+static void
+tune_summary (FILE *fp)
+{
+  tune_each (summary_one, fp);
+}
+
+static void
+tune_tables (FILE *fp)
+{
+  tune_each (tables_one, fp);
+}
+
+static void
+tune_json (FILE *fp)
+{
+  struct json_out o = { .fp = fp };
+
+  fprintf (fp, "[");
+  tune_each (json_one, &o);
+  fprintf (fp, "%s]", o.n ? "\n  " : "");
+}
+
+const struct stats_learning tune_stats = {
+  .summary = tune_summary, .tables = tune_tables, .json = tune_json,
+};

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "stats.h"
 #include "tunables.h"
 #include "walk.h"
 
@@ -132,9 +133,9 @@ extern void tune_stream_fetch (struct tune *t, uint32_t count, uint64_t cap,
 extern void tune_sample_done (struct tune *t, const struct tune_fetch *f,
                               uint64_t ns);
 
-/* The learnt tables and the choices made, with their reasons, of
- * every export (the statistics report).
+/* The statistics report's part on what was learnt of every export:
+ * the choices made with their reasons, and the tables of call costs.
  */
-extern void tune_report (FILE *fp);
+extern const struct stats_learning tune_stats;
 
 #endif /* NBDKIT_RESHAPE_TUNE_H */
