@@ -13,9 +13,15 @@
 # of the first command to each other one is what the report shows.
 #
 #   paired.py --runs N --export-json FILE -n NAME 'CMD' -n NAME 'CMD'...
+#
+# Each result keeps its command as "invocation", with the checkout's
+# directory left out (filters/reshape/.libs/..., bench/...: paths from
+# the top of the checkout, where the bench scripts run): results are
+# committed, and name no machine's directories.
 
 import argparse
 import json
+import os
 import shlex
 import statistics
 import subprocess
@@ -42,6 +48,21 @@ def run(cmd):
     return time.monotonic() - start
 
 
+# The checkout as the scripts spell it ($PWD, perhaps through a
+# symbolic link) and as it is.
+top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+tops = {top, os.path.realpath(top)}
+pwd = os.environ.get("PWD", "")
+if os.path.isdir(pwd) and os.path.samefile(pwd, top):
+    tops.add(pwd)
+
+
+def relative(cmd):
+    for t in sorted(tops, key=len, reverse=True):
+        cmd = cmd.replace(t.rstrip("/") + "/", "")
+    return cmd
+
+
 times = [[] for _ in a.commands]
 for rnd in range(a.warmup + a.runs):
     order = list(range(len(a.commands)))
@@ -54,7 +75,7 @@ for rnd in range(a.warmup + a.runs):
 
 results = []
 for name, cmd, ts in zip(a.names, a.commands, times):
-    results.append({"command": name, "invocation": cmd,
+    results.append({"command": name, "invocation": relative(cmd),
                     "mean": statistics.mean(ts),
                     "median": statistics.median(ts),
                     "stddev": statistics.stdev(ts) if len(ts) > 1 else 0,
