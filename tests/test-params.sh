@@ -77,29 +77,56 @@ good reshape-sndbuf=0
 good reshape-sndbuf=2M reshape-stats="$tmp/stats"
 test -s "$tmp/stats" || fail "reshape-stats file not written"
 
+# refused EXPECTED ARGS...: nbdkit refuses ARGS with exactly one
+# error line, which contains EXPECTED.
+refused ()
+{
+  local want=$1 n
+  shift
+  if "$@" > "$tmp/out" 2>&1; then
+    fail "accepted: $*"
+  fi
+  n=$(grep -c 'error' "$tmp/out") || :
+  test "$n" = 1 || fail "$*: $n error lines: $(cat "$tmp/out")"
+  grep -qF -- "$want" "$tmp/out" ||
+    fail "$*: message lacks '$want': $(cat "$tmp/out")"
+  echo "refused as expected: $*: $(cat "$tmp/out")"
+}
+
 # Both given and in conflict: refused at start-up (not at every
-# connection), naming both parameters.
-if nbdkit_reshape null 1M reshape-min=64K reshape-max=4K --run true \
-     > "$tmp/out" 2>&1; then
-  fail "reshape-max below reshape-min was accepted"
-fi
-grep -q "reshape-max: 4096 is below reshape-min (65536)" "$tmp/out" ||
-  fail "$(cat "$tmp/out")"
+# connection), naming both parameters with their values as written.
+refused "reshape-max=4K is below reshape-min=64K" \
+  nbdkit_reshape null 1M reshape-max=4K reshape-min=64K --run true
+refused "reshape-maxdata=4k is below reshape-min=65536" \
+  nbdkit_reshape null 1M reshape-min=65536 reshape-maxdata=4k --run true
+refused "reshape-maxlen=64s is below reshape-min=64K" \
+  nbdkit_reshape null 1M reshape-min=4K reshape-maxlen=64s reshape-min=64K \
+    --run true
 good reshape-min=4K reshape-max=4K
 
-# A cap below the plugin's own minimum refuses the connection, clearly.
-if nbdkit -U - --filter="$FILTER" --filter=blocksize-policy memory 1M \
-     blocksize-minimum=4096 reshape-max=1K \
+# A cap below the plugin's own minimum refuses the connection, naming
+# the parameter as written and the plugin's number.
+policy="--filter=blocksize-policy memory 1M blocksize-minimum=4096"
+if nbdkit -U - --filter="$FILTER" $policy reshape-max=1K \
      --run 'nbdinfo "$uri"' > "$tmp/out" 2>&1; then
   fail "reshape-max below the minimum block size was accepted"
 fi
-grep -q "reshape-max: the cap" "$tmp/out" || fail "$(cat "$tmp/out")"
-if nbdkit -U - --filter="$FILTER" --filter=blocksize-policy memory 1M \
-     blocksize-minimum=4096 reshape-maxlen=1K \
+grep -qF "reshape-max=1K is below the plugin's minimum block size (4096)" \
+  "$tmp/out" || fail "$(cat "$tmp/out")"
+if nbdkit -U - --filter="$FILTER" $policy reshape-maxlen=1K \
      --run 'nbdinfo "$uri"' > "$tmp/out" 2>&1; then
   fail "reshape-maxlen below the minimum block size was accepted"
 fi
-grep -q "reshape-maxlen: the cap" "$tmp/out" || fail "$(cat "$tmp/out")"
+grep -qF "reshape-maxlen=1K is below the plugin's minimum block size" \
+  "$tmp/out" || fail "$(cat "$tmp/out")"
+# ... and a plugin maximum below reshape-min names both.
+if nbdkit -U - --filter="$FILTER" --filter=blocksize-policy memory 1M \
+     blocksize-maximum=32K reshape-min=64K \
+     --run 'nbdinfo "$uri"' > "$tmp/out" 2>&1; then
+  fail "a plugin maximum below reshape-min was accepted"
+fi
+grep -qF "the plugin's maximum block size (32768) is below reshape-min=64K" \
+  "$tmp/out" || fail "$(cat "$tmp/out")"
 
 # Twice in one stack: refused with a clear message.
 if nbdkit --filter="$FILTER" --filter="$FILTER" null 1M --run true \

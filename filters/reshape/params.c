@@ -148,10 +148,12 @@ parse_form (const struct form *f, const char *value, uint64_t *out)
   return -1;
 }
 
-/* Which parameter set the data cap and the other one (the errors name
- * it).
+/* The values as the user wrote them ("64K", not 65536), for the
+ * errors that weigh one parameter against another; and which
+ * parameter set each cap (P_NUMERIC: none did).
  */
-static const char *maxdata_key, *maxlen_key;
+static char *raw[P_NUMERIC];
+static enum param_id maxdata_id = P_NUMERIC, maxlen_id = P_NUMERIC;
 
 /* Set the parameter id to v (parsed). */
 static void
@@ -162,15 +164,15 @@ set_numeric (enum param_id id, uint64_t v)
   case P_MIN: reshape_cfg.min = v; break;
   case P_MAX:
     reshape_cfg.maxdata = reshape_cfg.maxlen = v;
-    maxdata_key = maxlen_key = forms[id].key;
+    maxdata_id = maxlen_id = id;
     break;
   case P_MAXDATA:
     reshape_cfg.maxdata = v;
-    maxdata_key = forms[id].key;
+    maxdata_id = id;
     break;
   case P_MAXLEN:
     reshape_cfg.maxlen = v;
-    maxlen_key = forms[id].key;
+    maxlen_id = id;
     break;
   case P_POOL: reshape_cfg.pool = v; break;
   case P_PARALLEL: reshape_cfg.parallel = v; break;
@@ -203,6 +205,12 @@ params_key (const char *key, const char *value)
     if (strcmp (key, forms[id].key) == 0) {
       if (parse_form (&forms[id], value, &v) == -1)
         return -1;
+      free (raw[id]);
+      raw[id] = strdup (value);
+      if (raw[id] == NULL) {
+        nbdkit_error ("strdup: %m");
+        return -1;
+      }
       set_numeric (id, v);
       return 1;
     }
@@ -221,15 +229,16 @@ params_key (const char *key, const char *value)
   return 0;
 }
 
-/* A cap below reshape-min: -1 with the error. */
+/* A cap below reshape-min: -1 with the error, which quotes both as
+ * the user wrote them.
+ */
 static int
-check_cap (const char *key, uint32_t cap)
+check_cap (enum param_id id, uint32_t cap)
 {
   if (cap == 0 || reshape_cfg.min == 0 || cap >= reshape_cfg.min)
     return 0;
-  nbdkit_error ("%s: %" PRIu32 " is below reshape-min (%" PRIu32 "); "
-                "accepted: a cap of at least the minimum block size",
-                key, cap, reshape_cfg.min);
+  nbdkit_error ("%s=%s is below reshape-min=%s; accepted: a cap of at "
+                "least reshape-min", forms[id].key, raw[id], raw[P_MIN]);
   return -1;
 }
 
@@ -239,8 +248,8 @@ params_complete (void)
   /* The plugin's own minimum is known only per connection (see
    * params_limits); the user's values can be checked now.
    */
-  if (check_cap (maxdata_key, reshape_cfg.maxdata) == -1 ||
-      check_cap (maxlen_key, reshape_cfg.maxlen) == -1)
+  if (check_cap (maxdata_id, reshape_cfg.maxdata) == -1 ||
+      check_cap (maxlen_id, reshape_cfg.maxlen) == -1)
     return -1;
   /* Fail now, not at exit, if the report cannot be written. */
   if (reshape_cfg.stats_file) {
@@ -264,6 +273,12 @@ params_set_thread_model (int thread_model)
 void
 params_free (void)
 {
+  unsigned id;
+
+  for (id = 0; id < P_NUMERIC; id++) {
+    free (raw[id]);
+    raw[id] = NULL;
+  }
   free (reshape_cfg.stats_file);
   free (reshape_cfg.profile_file);
   reshape_cfg.stats_file = reshape_cfg.profile_file = NULL;
@@ -278,23 +293,35 @@ preferred_pow2 (uint64_t v)
 }
 
 /* The smaller of the plugin's maximum and the parameter's (0: none),
- * in whole minimum blocks.
+ * in whole minimum blocks.  If that leaves no block, the error names
+ * what set each side: a parameter as the user wrote it, or the
+ * plugin with its number.
  */
 static int
-cap (uint32_t pmax, uint32_t given, uint32_t min, const char *key,
-     uint32_t *out)
+cap (uint32_t pmax, uint32_t given, enum param_id id, uint32_t pmin,
+     uint32_t min, uint32_t *out)
 {
   uint64_t c = pmax ? pmax : UINT32_MAX;
+  char capby[128], minby[128];
 
   if (given)
     c = min_u64 (c, given);
   *out = round_down (c, min);
-  if (*out == 0) {
-    nbdkit_error ("%s: the cap (%" PRIu64 ") is below the plugin's "
-                  "minimum block size (%" PRIu32 ")", key, c, min);
-    return -1;
-  }
-  return 0;
+  if (*out)
+    return 0;
+  if (given && given == c)
+    snprintf (capby, sizeof capby, "%s=%s", forms[id].key, raw[id]);
+  else
+    snprintf (capby, sizeof capby, "the plugin's maximum block size "
+              "(%" PRIu32 ")", pmax);
+  if (reshape_cfg.min == min && min > pmin)
+    snprintf (minby, sizeof minby, "reshape-min=%s", raw[P_MIN]);
+  else
+    snprintf (minby, sizeof minby, "the plugin's minimum block size "
+              "(%" PRIu32 ")", min);
+  nbdkit_error ("%s is below %s; accepted: a cap of at least the "
+                "minimum block size", capby, minby);
+  return -1;
 }
 
 int
@@ -318,11 +345,9 @@ params_limits (nbdkit_next *next, struct geometry *geo, uint32_t *ppref)
    */
   geo->exportsize = round_down (exportsize, geo->min);
 
-  if (cap (pmax, reshape_cfg.maxdata, geo->min,
-           maxdata_key ? maxdata_key : "reshape-maxdata",
+  if (cap (pmax, reshape_cfg.maxdata, maxdata_id, pmin, geo->min,
            &geo->max) == -1 ||
-      cap (pmax, reshape_cfg.maxlen, geo->min,
-           maxlen_key ? maxlen_key : "reshape-maxlen",
+      cap (pmax, reshape_cfg.maxlen, maxlen_id, pmin, geo->min,
            &geo->maxlen) == -1)
     return -1;
   geo->size = geo->max;           /* until params_sizes */
