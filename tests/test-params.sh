@@ -56,10 +56,15 @@ bad reshape-parallel=abc     "accepted: a number from 1 to 64"
 bad reshape-parallel=4K      "accepted: a number from 1 to 64"
 bad reshape-readahead=32K     "'off' or a size from 64K to 64M"
 bad reshape-readahead=128M    "'off' or a size from 64K to 64M"
-bad reshape-writeback=perhaps "accepted: true or false (also on/off, yes/no, 1/0)"
-bad reshape-writeback=maybe   "accepted: true or false (also on/off, yes/no, 1/0)"
+bad reshape-writeback=perhaps "accepted: true or false (also yes/no, on/off, 1/0, t/f, y/n)"
+bad reshape-writeback=maybe   "accepted: true or false"
 bad reshape-writeback=2       "accepted: true or false"
+bad reshape-writeback=        "accepted: true or false"
 bad reshape-sise=1M          "unknown parameter"
+# 0 means the word only where there is one.
+bad reshape-min=0            "power of 2 from 1 to 64K"
+bad reshape-max=0            "from 512 to 4G-1"
+bad reshape-pool=0           "from 64K to 1T"
 
 good reshape-size=4K reshape-min=1 reshape-max=512 reshape-pool=64K
 good reshape-size=32M reshape-min=64K reshape-max=4294967295
@@ -74,6 +79,13 @@ good reshape-maxdata=32M reshape-maxlen=4294967295 reshape-pool=1t
 good reshape-max=1M reshape-maxlen=64K reshape-size=2048s
 good reshape-readahead=64M
 good reshape-sndbuf=0
+# Booleans: every form nbdkit_parse_bool takes, in any case.
+for b in true false TRUE yes no Y n on OFF 1 0 t F; do
+  good reshape-writeback=$b
+done
+# Where a parameter takes a word (auto, off), a size of 0 means it.
+good reshape-size=0
+good reshape-readahead=0 reshape-sndbuf=0K
 good reshape-sndbuf=2M reshape-stats="$tmp/stats"
 test -s "$tmp/stats" || fail "reshape-stats file not written"
 

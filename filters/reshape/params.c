@@ -81,11 +81,13 @@ silent_bool (const char *s)
   return -1;
 }
 
-static const char bools[] = "true or false (also on/off, yes/no, 1/0)";
+static const char bools[] =
+  "true or false (also yes/no, on/off, 1/0, t/f, y/n)";
 
 /* The parameters that take a value of a form: a size (with nbdkit's
  * suffixes) or a count in [lo, hi], a power of 2 if pow2, or word
- * (meaning 0); or a boolean (hi 0).  accepted: what the error says.
+ * (meaning 0, as does a size of 0); or a boolean (hi 0).  accepted:
+ * what the error says.
  */
 enum param_id {
   P_SIZE, P_MIN, P_MAX, P_MAXDATA, P_MAXLEN, P_POOL, P_PARALLEL,
@@ -131,15 +133,20 @@ parse_form (const struct form *f, const char *value, uint64_t *out)
     *out = b;
     return 0;
   }
-  if (f->word && (strcasecmp (value, f->word) == 0 ||
-                  strcmp (value, "0") == 0)) {
+  if (f->word && strcasecmp (value, f->word) == 0) {
     *out = 0;
     return 0;
   }
   if (f->count ? strspn (value, "0123456789") != strlen (value) : false)
     goto bad;
-  if (!silent_size (value, f->hi, out) || *out < f->lo ||
-      (f->pow2 && !is_power_of_2 (*out)))
+  if (!silent_size (value, f->hi, out))
+    goto bad;
+  /* For a parameter that takes a word (auto, off), any size of 0
+   * ("0", "0K") means the word: no window is no readahead.
+   */
+  if (*out == 0 && f->word)
+    return 0;
+  if (*out < f->lo || (f->pow2 && !is_power_of_2 (*out)))
     goto bad;
   return 0;
  bad:
