@@ -140,6 +140,17 @@ fi
 grep -qF "the plugin's maximum block size (32768) is below reshape-min=64K" \
   "$tmp/out" || fail "$(cat "$tmp/out")"
 
+# --help: the descriptions in one column, every default given.
+nbdkit --filter="$FILTER" null --help > "$tmp/help"
+grep '^reshape-' "$tmp/help" > "$tmp/params"
+test "$(wc -l < "$tmp/params")" = 12 || fail "$(cat "$tmp/help")"
+cols=$(awk '{ match ($0, /^[^ ]+ +/); print RLENGTH }' "$tmp/params" |
+       sort -u)
+test "$cols" = 28 || fail "--help: ragged columns ($cols): $(cat "$tmp/params")"
+if grep -v '(default: ' "$tmp/params"; then
+  fail "--help: a parameter without its default"
+fi
+
 # Twice in one stack: refused with a clear message.
 if nbdkit --filter="$FILTER" --filter="$FILTER" null 1M --run true \
      > "$tmp/out" 2>&1; then

@@ -29,6 +29,14 @@
 #include "params.h"
 #include "tunables.h"
 
+/* PARAMS_HELP states these defaults in words. */
+_Static_assert (DEFAULT_POOL == 64 * MiB, "PARAMS_HELP: reshape-pool");
+_Static_assert (DEFAULT_PARALLEL == 16, "PARAMS_HELP: reshape-parallel");
+_Static_assert (DEFAULT_READAHEAD == 8 * MiB,
+                "PARAMS_HELP: reshape-readahead");
+_Static_assert (DEFAULT_SNDBUF == 0 || DEFAULT_SNDBUF == 2 * MiB,
+                "PARAMS_HELP: reshape-sndbuf");
+
 struct params reshape_cfg = {
   .pool = DEFAULT_POOL, .parallel = DEFAULT_PARALLEL,
   .readahead = DEFAULT_READAHEAD,
