@@ -56,10 +56,15 @@ bad reshape-parallel=abc     "accepted: a number from 1 to 64"
 bad reshape-parallel=4K      "accepted: a number from 1 to 64"
 bad reshape-readahead=32K     "'off' or a size from 64K to 64M"
 bad reshape-readahead=128M    "'off' or a size from 64K to 64M"
-bad reshape-writeback=perhaps "accepted: true or false (also on/off, yes/no, 1/0)"
-bad reshape-writeback=maybe   "accepted: true or false (also on/off, yes/no, 1/0)"
+bad reshape-writeback=perhaps "accepted: true or false (also yes/no, on/off, 1/0, t/f, y/n)"
+bad reshape-writeback=maybe   "accepted: true or false"
 bad reshape-writeback=2       "accepted: true or false"
+bad reshape-writeback=        "accepted: true or false"
 bad reshape-sise=1M          "unknown parameter"
+# 0 means the word only where there is one.
+bad reshape-min=0            "power of 2 from 1 to 64K"
+bad reshape-max=0            "from 512 to 4G-1"
+bad reshape-pool=0           "from 64K to 1T"
 
 good reshape-size=4K reshape-min=1 reshape-max=512 reshape-pool=64K
 good reshape-size=32M reshape-min=64K reshape-max=4294967295
@@ -74,32 +79,77 @@ good reshape-maxdata=32M reshape-maxlen=4294967295 reshape-pool=1t
 good reshape-max=1M reshape-maxlen=64K reshape-size=2048s
 good reshape-readahead=64M
 good reshape-sndbuf=0
+# Booleans: every form nbdkit_parse_bool takes, in any case.
+for b in true false TRUE yes no Y n on OFF 1 0 t F; do
+  good reshape-writeback=$b
+done
+# Where a parameter takes a word (auto, off), a size of 0 means it.
+good reshape-size=0
+good reshape-readahead=0 reshape-sndbuf=0K
 good reshape-sndbuf=2M reshape-stats="$tmp/stats"
 test -s "$tmp/stats" || fail "reshape-stats file not written"
 
+# refused EXPECTED ARGS...: nbdkit refuses ARGS with exactly one
+# error line, which contains EXPECTED.
+refused ()
+{
+  local want=$1 n
+  shift
+  if "$@" > "$tmp/out" 2>&1; then
+    fail "accepted: $*"
+  fi
+  n=$(grep -c 'error' "$tmp/out") || :
+  test "$n" = 1 || fail "$*: $n error lines: $(cat "$tmp/out")"
+  grep -qF -- "$want" "$tmp/out" ||
+    fail "$*: message lacks '$want': $(cat "$tmp/out")"
+  echo "refused as expected: $*: $(cat "$tmp/out")"
+}
+
 # Both given and in conflict: refused at start-up (not at every
-# connection), naming both parameters.
-if nbdkit_reshape null 1M reshape-min=64K reshape-max=4K --run true \
-     > "$tmp/out" 2>&1; then
-  fail "reshape-max below reshape-min was accepted"
-fi
-grep -q "reshape-max: 4096 is below reshape-min (65536)" "$tmp/out" ||
-  fail "$(cat "$tmp/out")"
+# connection), naming both parameters with their values as written.
+refused "reshape-max=4K is below reshape-min=64K" \
+  nbdkit_reshape null 1M reshape-max=4K reshape-min=64K --run true
+refused "reshape-maxdata=4k is below reshape-min=65536" \
+  nbdkit_reshape null 1M reshape-min=65536 reshape-maxdata=4k --run true
+refused "reshape-maxlen=64s is below reshape-min=64K" \
+  nbdkit_reshape null 1M reshape-min=4K reshape-maxlen=64s reshape-min=64K \
+    --run true
 good reshape-min=4K reshape-max=4K
 
-# A cap below the plugin's own minimum refuses the connection, clearly.
-if nbdkit -U - --filter="$FILTER" --filter=blocksize-policy memory 1M \
-     blocksize-minimum=4096 reshape-max=1K \
+# A cap below the plugin's own minimum refuses the connection, naming
+# the parameter as written and the plugin's number.
+policy="--filter=blocksize-policy memory 1M blocksize-minimum=4096"
+if nbdkit -U - --filter="$FILTER" $policy reshape-max=1K \
      --run 'nbdinfo "$uri"' > "$tmp/out" 2>&1; then
   fail "reshape-max below the minimum block size was accepted"
 fi
-grep -q "reshape-max: the cap" "$tmp/out" || fail "$(cat "$tmp/out")"
-if nbdkit -U - --filter="$FILTER" --filter=blocksize-policy memory 1M \
-     blocksize-minimum=4096 reshape-maxlen=1K \
+grep -qF "reshape-max=1K is below the plugin's minimum block size (4096)" \
+  "$tmp/out" || fail "$(cat "$tmp/out")"
+if nbdkit -U - --filter="$FILTER" $policy reshape-maxlen=1K \
      --run 'nbdinfo "$uri"' > "$tmp/out" 2>&1; then
   fail "reshape-maxlen below the minimum block size was accepted"
 fi
-grep -q "reshape-maxlen: the cap" "$tmp/out" || fail "$(cat "$tmp/out")"
+grep -qF "reshape-maxlen=1K is below the plugin's minimum block size" \
+  "$tmp/out" || fail "$(cat "$tmp/out")"
+# ... and a plugin maximum below reshape-min names both.
+if nbdkit -U - --filter="$FILTER" --filter=blocksize-policy memory 1M \
+     blocksize-maximum=32K reshape-min=64K \
+     --run 'nbdinfo "$uri"' > "$tmp/out" 2>&1; then
+  fail "a plugin maximum below reshape-min was accepted"
+fi
+grep -qF "the plugin's maximum block size (32768) is below reshape-min=64K" \
+  "$tmp/out" || fail "$(cat "$tmp/out")"
+
+# --help: the descriptions in one column, every default given.
+nbdkit --filter="$FILTER" null --help > "$tmp/help"
+grep '^reshape-' "$tmp/help" > "$tmp/params"
+test "$(wc -l < "$tmp/params")" = 12 || fail "$(cat "$tmp/help")"
+cols=$(awk '{ match ($0, /^[^ ]+ +/); print RLENGTH }' "$tmp/params" |
+       sort -u)
+test "$cols" = 28 || fail "--help: ragged columns ($cols): $(cat "$tmp/params")"
+if grep -v '(default: ' "$tmp/params"; then
+  fail "--help: a parameter without its default"
+fi
 
 # Twice in one stack: refused with a clear message.
 if nbdkit --filter="$FILTER" --filter="$FILTER" null 1M --run true \

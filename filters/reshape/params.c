@@ -29,6 +29,14 @@
 #include "params.h"
 #include "tunables.h"
 
+/* PARAMS_HELP states these defaults in words. */
+_Static_assert (DEFAULT_POOL == 64 * MiB, "PARAMS_HELP: reshape-pool");
+_Static_assert (DEFAULT_PARALLEL == 16, "PARAMS_HELP: reshape-parallel");
+_Static_assert (DEFAULT_READAHEAD == 8 * MiB,
+                "PARAMS_HELP: reshape-readahead");
+_Static_assert (DEFAULT_SNDBUF == 0 || DEFAULT_SNDBUF == 2 * MiB,
+                "PARAMS_HELP: reshape-sndbuf");
+
 struct params reshape_cfg = {
   .pool = DEFAULT_POOL, .parallel = DEFAULT_PARALLEL,
   .readahead = DEFAULT_READAHEAD,
@@ -81,11 +89,13 @@ silent_bool (const char *s)
   return -1;
 }
 
-static const char bools[] = "true or false (also on/off, yes/no, 1/0)";
+static const char bools[] =
+  "true or false (also yes/no, on/off, 1/0, t/f, y/n)";
 
 /* The parameters that take a value of a form: a size (with nbdkit's
  * suffixes) or a count in [lo, hi], a power of 2 if pow2, or word
- * (meaning 0); or a boolean (hi 0).  accepted: what the error says.
+ * (meaning 0, as does a size of 0); or a boolean (hi 0).  accepted:
+ * what the error says.
  */
 enum param_id {
   P_SIZE, P_MIN, P_MAX, P_MAXDATA, P_MAXLEN, P_POOL, P_PARALLEL,
@@ -131,15 +141,20 @@ parse_form (const struct form *f, const char *value, uint64_t *out)
     *out = b;
     return 0;
   }
-  if (f->word && (strcasecmp (value, f->word) == 0 ||
-                  strcmp (value, "0") == 0)) {
+  if (f->word && strcasecmp (value, f->word) == 0) {
     *out = 0;
     return 0;
   }
   if (f->count ? strspn (value, "0123456789") != strlen (value) : false)
     goto bad;
-  if (!silent_size (value, f->hi, out) || *out < f->lo ||
-      (f->pow2 && !is_power_of_2 (*out)))
+  if (!silent_size (value, f->hi, out))
+    goto bad;
+  /* For a parameter that takes a word (auto, off), any size of 0
+   * ("0", "0K") means the word: no window is no readahead.
+   */
+  if (*out == 0 && f->word)
+    return 0;
+  if (*out < f->lo || (f->pow2 && !is_power_of_2 (*out)))
     goto bad;
   return 0;
  bad:
@@ -148,10 +163,12 @@ parse_form (const struct form *f, const char *value, uint64_t *out)
   return -1;
 }
 
-/* Which parameter set the data cap and the other one (the errors name
- * it).
+/* The values as the user wrote them ("64K", not 65536), for the
+ * errors that weigh one parameter against another; and which
+ * parameter set each cap (P_NUMERIC: none did).
  */
-static const char *maxdata_key, *maxlen_key;
+static char *raw[P_NUMERIC];
+static enum param_id maxdata_id = P_NUMERIC, maxlen_id = P_NUMERIC;
 
 /* Set the parameter id to v (parsed). */
 static void
@@ -162,15 +179,15 @@ set_numeric (enum param_id id, uint64_t v)
   case P_MIN: reshape_cfg.min = v; break;
   case P_MAX:
     reshape_cfg.maxdata = reshape_cfg.maxlen = v;
-    maxdata_key = maxlen_key = forms[id].key;
+    maxdata_id = maxlen_id = id;
     break;
   case P_MAXDATA:
     reshape_cfg.maxdata = v;
-    maxdata_key = forms[id].key;
+    maxdata_id = id;
     break;
   case P_MAXLEN:
     reshape_cfg.maxlen = v;
-    maxlen_key = forms[id].key;
+    maxlen_id = id;
     break;
   case P_POOL: reshape_cfg.pool = v; break;
   case P_PARALLEL: reshape_cfg.parallel = v; break;
@@ -203,6 +220,12 @@ params_key (const char *key, const char *value)
     if (strcmp (key, forms[id].key) == 0) {
       if (parse_form (&forms[id], value, &v) == -1)
         return -1;
+      free (raw[id]);
+      raw[id] = strdup (value);
+      if (raw[id] == NULL) {
+        nbdkit_error ("strdup: %m");
+        return -1;
+      }
       set_numeric (id, v);
       return 1;
     }
@@ -221,15 +244,16 @@ params_key (const char *key, const char *value)
   return 0;
 }
 
-/* A cap below reshape-min: -1 with the error. */
+/* A cap below reshape-min: -1 with the error, which quotes both as
+ * the user wrote them.
+ */
 static int
-check_cap (const char *key, uint32_t cap)
+check_cap (enum param_id id, uint32_t cap)
 {
   if (cap == 0 || reshape_cfg.min == 0 || cap >= reshape_cfg.min)
     return 0;
-  nbdkit_error ("%s: %" PRIu32 " is below reshape-min (%" PRIu32 "); "
-                "accepted: a cap of at least the minimum block size",
-                key, cap, reshape_cfg.min);
+  nbdkit_error ("%s=%s is below reshape-min=%s; accepted: a cap of at "
+                "least reshape-min", forms[id].key, raw[id], raw[P_MIN]);
   return -1;
 }
 
@@ -239,8 +263,8 @@ params_complete (void)
   /* The plugin's own minimum is known only per connection (see
    * params_limits); the user's values can be checked now.
    */
-  if (check_cap (maxdata_key, reshape_cfg.maxdata) == -1 ||
-      check_cap (maxlen_key, reshape_cfg.maxlen) == -1)
+  if (check_cap (maxdata_id, reshape_cfg.maxdata) == -1 ||
+      check_cap (maxlen_id, reshape_cfg.maxlen) == -1)
     return -1;
   /* Fail now, not at exit, if the report cannot be written. */
   if (reshape_cfg.stats_file) {
@@ -264,6 +288,12 @@ params_set_thread_model (int thread_model)
 void
 params_free (void)
 {
+  unsigned id;
+
+  for (id = 0; id < P_NUMERIC; id++) {
+    free (raw[id]);
+    raw[id] = NULL;
+  }
   free (reshape_cfg.stats_file);
   free (reshape_cfg.profile_file);
   reshape_cfg.stats_file = reshape_cfg.profile_file = NULL;
@@ -278,23 +308,35 @@ preferred_pow2 (uint64_t v)
 }
 
 /* The smaller of the plugin's maximum and the parameter's (0: none),
- * in whole minimum blocks.
+ * in whole minimum blocks.  If that leaves no block, the error names
+ * what set each side: a parameter as the user wrote it, or the
+ * plugin with its number.
  */
 static int
-cap (uint32_t pmax, uint32_t given, uint32_t min, const char *key,
-     uint32_t *out)
+cap (uint32_t pmax, uint32_t given, enum param_id id, uint32_t pmin,
+     uint32_t min, uint32_t *out)
 {
   uint64_t c = pmax ? pmax : UINT32_MAX;
+  char capby[128], minby[128];
 
   if (given)
     c = min_u64 (c, given);
   *out = round_down (c, min);
-  if (*out == 0) {
-    nbdkit_error ("%s: the cap (%" PRIu64 ") is below the plugin's "
-                  "minimum block size (%" PRIu32 ")", key, c, min);
-    return -1;
-  }
-  return 0;
+  if (*out)
+    return 0;
+  if (given && given == c)
+    snprintf (capby, sizeof capby, "%s=%s", forms[id].key, raw[id]);
+  else
+    snprintf (capby, sizeof capby, "the plugin's maximum block size "
+              "(%" PRIu32 ")", pmax);
+  if (reshape_cfg.min == min && min > pmin)
+    snprintf (minby, sizeof minby, "reshape-min=%s", raw[P_MIN]);
+  else
+    snprintf (minby, sizeof minby, "the plugin's minimum block size "
+              "(%" PRIu32 ")", min);
+  nbdkit_error ("%s is below %s; accepted: a cap of at least the "
+                "minimum block size", capby, minby);
+  return -1;
 }
 
 int
@@ -318,11 +360,9 @@ params_limits (nbdkit_next *next, struct geometry *geo, uint32_t *ppref)
    */
   geo->exportsize = round_down (exportsize, geo->min);
 
-  if (cap (pmax, reshape_cfg.maxdata, geo->min,
-           maxdata_key ? maxdata_key : "reshape-maxdata",
+  if (cap (pmax, reshape_cfg.maxdata, maxdata_id, pmin, geo->min,
            &geo->max) == -1 ||
-      cap (pmax, reshape_cfg.maxlen, geo->min,
-           maxlen_key ? maxlen_key : "reshape-maxlen",
+      cap (pmax, reshape_cfg.maxlen, maxlen_id, pmin, geo->min,
            &geo->maxlen) == -1)
     return -1;
   geo->size = geo->max;           /* until params_sizes */

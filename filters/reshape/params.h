@@ -62,18 +62,38 @@ extern void params_sizes (struct geometry *geo, uint32_t ppref,
                           uint32_t learnt_unit, uint32_t learnt_preferred,
                           uint32_t *preferred);
 
+/* The filter's --help: descriptions in one column, every default
+ * given (params.c checks the numbers against tunables.h).
+ */
+#if DEFAULT_SNDBUF
+#define PARAMS_HELP_SNDBUF "(default: 2M)"
+#else
+#define PARAMS_HELP_SNDBUF "(default: off)"
+#endif
 #define PARAMS_HELP \
-  "reshape-size=auto|SIZE  Optimal request size (default: learnt).\n" \
-  "reshape-min=SIZE     Alignment the plugin needs.\n" \
-  "reshape-max=SIZE     Largest request sent to the plugin.\n" \
-  "reshape-maxdata=SIZE Largest read or write sent to the plugin.\n" \
-  "reshape-maxlen=SIZE  Largest zero, trim, cache or extents request.\n" \
-  "reshape-pool=SIZE    Cap on the filter's buffer memory (default 64M).\n" \
-  "reshape-parallel=N   Pieces of one request run at once (default 16).\n" \
-  "reshape-readahead=SIZE|off  Largest readahead window (default 8M).\n" \
-  "reshape-writeback=BOOL  Stage small writes (default false).\n" \
-  "reshape-sndbuf=SIZE|off  Send buffer of unix-socket client connections.\n" \
-  "reshape-stats=FILE   Write the statistics report to FILE at exit.\n" \
-  "reshape-profile=FILE  Keep what reshape-size=auto learns in FILE."
+  "reshape-size=auto|SIZE      " \
+    "Request size, learnt or SIZE (default: auto).\n" \
+  "reshape-min=SIZE            " \
+    "Alignment the plugin needs (default: the plugin's).\n" \
+  "reshape-max=SIZE            " \
+    "Sets both caps below (default: the plugin's).\n" \
+  "reshape-maxdata=SIZE        " \
+    "Largest read or write (default: the plugin's).\n" \
+  "reshape-maxlen=SIZE         " \
+    "Largest zero/trim/cache/extents (default: ditto).\n" \
+  "reshape-readahead=SIZE|off  " \
+    "Largest readahead window (default: 8M).\n" \
+  "reshape-writeback=BOOL      " \
+    "Stage small writes (default: false).\n" \
+  "reshape-parallel=N          " \
+    "Pieces of one request at once (default: 16).\n" \
+  "reshape-pool=SIZE           " \
+    "Cap on the filter's buffers (default: 64M).\n" \
+  "reshape-sndbuf=SIZE|off     " \
+    "Unix socket clients' send buffer " PARAMS_HELP_SNDBUF ".\n" \
+  "reshape-stats=FILE          " \
+    "Statistics report at exit (default: none).\n" \
+  "reshape-profile=FILE        " \
+    "Keep what reshape-size=auto learns (default: none)."
 
 #endif /* NBDKIT_RESHAPE_PARAMS_H */
