@@ -205,75 +205,82 @@ up_s (void)
   return started_ns ? (now_ns () - started_ns) / 1e9 : 0;
 }
 
-/* One side of an op's summary row: "16384   64M  54.7M/s". */
+/* One side of an op's summary row: "16384     64M  19.9M/s". */
 static void
-side (FILE *fp, enum stats_op op, const struct opstats *s, bool last)
+side (FILE *fp, enum stats_op op, const struct opstats *s)
 {
   char b1[32], b2[32];
   double secs = active_s ();
 
   if (op == OP_FLUSH) {
-    fprintf (fp, " %9" PRIu64 "%*s", s->count, last ? 0 : 19, "");
+    fprintf (fp, " %7" PRIu64 " %6s %8s", s->count, "", "");
     return;
   }
   if (secs >= 0.001)
     snprintf (b2, sizeof b2, "%s/s",
               stats_human ((uint64_t) (s->bytes / secs), b1, sizeof b1));
   else
-    b2[0] = '\0';
-  fprintf (fp, " %9" PRIu64 " %8s %9s", s->count,
+    snprintf (b2, sizeof b2, "-");
+  fprintf (fp, " %7" PRIu64 " %6s %8s", s->count,
            stats_human (s->bytes, b1, sizeof b1), b2);
 }
 
-/* pread   16384  64M  54.7M/s   13208  65.5M  56.0M/s  1.2 to 1 */
+/* "pread  16384  64M  19.9M/s    223  65M  20.2M/s   73.5:1" */
 static void
 summary_op (FILE *fp, enum stats_op op)
 {
   const struct opstats *c = &client[op], *p = &plugin[op];
+  char ratio[32];
 
-  fprintf (fp, "  %-8s", op_names[op]);
-  side (fp, op, c, false);
-  fprintf (fp, "   ");
-  side (fp, op, p, true);
-  if (p->count && c->count > p->count)
-    fprintf (fp, "  %.1f client requests per plugin request",
-             (double) c->count / p->count);
-  else if (c->count && p->count > c->count)
-    fprintf (fp, "  %.1f plugin requests per client request",
-             (double) p->count / c->count);
-  fputc ('\n', fp);
+  fprintf (fp, "  %-6s", op_names[op]);
+  side (fp, op, c);
+  fprintf (fp, " ");
+  side (fp, op, p);
+  if (p->count && c->count >= p->count)
+    snprintf (ratio, sizeof ratio, "%.1f:1", (double) c->count / p->count);
+  else if (c->count)
+    snprintf (ratio, sizeof ratio, "1:%.1f", (double) p->count / c->count);
+  else
+    snprintf (ratio, sizeof ratio, "-");
+  fprintf (fp, " %13s\n", ratio);
 }
 
+/* Bytes the plugin was asked to read that no client asked for: what
+ * the filter counts (padding, fills never read), or, if more, what the
+ * plugin read beyond the clients' reads and cache requests.
+ */
 static uint64_t
 unasked_bytes (void)
 {
-  return counters[C_PAD_BYTES] + counters[C_RA_UNREAD];
+  const uint64_t counted = counters[C_PAD_BYTES] + counters[C_RA_UNREAD];
+  const uint64_t asked = client[OP_PREAD].bytes + client[OP_CACHE].bytes;
+  const uint64_t read = plugin[OP_PREAD].bytes;
+
+  return read > asked && read - asked > counted ? read - asked : counted;
 }
 
 static void
 write_summary (FILE *fp, uint32_t fixed_size,
                const struct stats_learning *learning)
 {
-  char b1[32], b2[32], b3[32];
+  char b1[32], b2[32];
   uint64_t asked = client[OP_PREAD].bytes;
   unsigned op;
 
   fprintf (fp, "nbdkit-reshape-filter statistics\n\n");
   fprintf (fp, "%.2f s from the first client request to the last "
            "(server up %.2f s)\n", active_s (), up_s ());
-  fprintf (fp, "  %-8s %-28s   %s\n", "", "    client requests",
-           "    plugin requests");
+  fprintf (fp, "%8s %-24s %-24s %13s\n", "", "     client requests",
+           "     plugin requests", "client:plugin");
   for (op = 0; op < OP_COUNT; op++)
     if (client[op].count || plugin[op].count)
       summary_op (fp, op);
-  fprintf (fp, "read that no client asked for: %s",
+  fprintf (fp, "unasked: %s read that no client asked for",
            stats_human (unasked_bytes (), b1, sizeof b1));
   if (asked)
     fprintf (fp, ", %.1f%% of the %s clients read", 100.0 *
              unasked_bytes () / asked, stats_human (asked, b2, sizeof b2));
-  fprintf (fp, " (padding %s; read ahead, never read %s)\n",
-           stats_human (counters[C_PAD_BYTES], b2, sizeof b2),
-           stats_human (counters[C_RA_UNREAD], b3, sizeof b3));
+  fprintf (fp, "\n");
   if (learning)
     learning->summary (fp);
   else
