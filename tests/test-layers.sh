@@ -9,7 +9,7 @@
 #
 #   0  common tunables: arithmetic, scoped locks, the   } pure: no
 #      clock; the numbers                                } nbdkit
-#   1  walk rangelock ranges stage                       }
+#   1  walk rangelock ranges stage learn                 }
 #   2  stats params
 #   3  pool workers sockbuf tune
 #   4  cut profile
@@ -23,7 +23,7 @@ requires nm --version
 
 layers="
 0 common tunables
-1 walk rangelock ranges stage
+1 walk rangelock ranges stage learn
 2 stats params
 3 pool workers sockbuf tune
 4 cut profile
@@ -88,6 +88,20 @@ for m in $modules; do
     fi
   done
 done
+
+# HACKING's Layout shows the same layers: "layer N  file.c" starts a
+# layer, "   file.c" continues it.
+hacking=$(awk '
+  /^    layer [0-9]+  [a-z_]+\.[ch] / { l = $2; print l, $3; next }
+  /^          [0-9]  [a-z_]+\.[ch] /  { l = $1; print l, $2; next }
+  /^             [a-z_]+\.[ch] /       { print l, $1 }
+' "$srcdir/../HACKING" | sed 's/\.[ch]$//' | sort)
+listed=$(awk 'NF { for (i = 2; i <= NF; i++) print $1, $i }' <<< "$layers" |
+         sort)
+[ "$hacking" = "$listed" ] || {
+  diff <(echo "$listed") <(echo "$hacking") | sed 's/^/HACKING: /'
+  bad=1
+}
 
 [ "$bad" = 0 ] || fail "the layering is broken (see above)"
 echo "ok: $(wc -w <<< "$modules") modules, includes and calls only go down"

@@ -3,9 +3,10 @@
  * SPDX-License-Identifier: BSD-3-Clause
  *
  * reshape-size=auto: what the filter learns of each export's plugin
- * from the clients' own traffic, and the sizes it picks from that
- * (see tune.c).  struct tune is tune.c's alone; the rest of the
- * filter goes through these functions.
+ * from the clients' own traffic, and the sizes it picks from that.
+ * learn.c decides; tune.c keeps each export's learning under a lock,
+ * by name.  struct tune is tune.c's alone; the rest of the filter goes
+ * through these functions.
  */
 
 #ifndef NBDKIT_RESHAPE_TUNE_H
@@ -15,50 +16,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "learn.h"
 #include "stats.h"
 #include "tunables.h"
 #include "walk.h"
 
 /* -D reshape.tune=1: every sample the learning decides on. */
 extern int reshape_debug_tune;
-
-enum tune_dir { TUNE_READ, TUNE_WRITE, TUNE_DIRS };
-
-/* The learnt cost of a plugin call of s bytes: flat_ns up to grain,
- * then lat_ns + s * ns_per_byte (ns_per_byte 0: flat as far as was
- * measured).
- */
-struct cut_model {
-  uint64_t grain;
-  double flat_ns, lat_ns, ns_per_byte;
-};
-
-static inline double
-model_ns (const struct cut_model *m, uint64_t s)
-{
-  if (s <= m->grain || m->ns_per_byte == 0)
-    return m->flat_ns;
-  return m->lat_ns + s * m->ns_per_byte;
-}
-
-/* The sizes picked from what was learnt: told to clients as preferred,
- * the unit writes are staged in, and the grain small sequential reads
- * are fetched in (the cost is flat up to it).  0: not learnt (the
- * static sizes stand).
- */
-struct tune_sizes {
-  uint32_t preferred;
-  uint32_t unit;
-  uint32_t grain;
-};
-
-/* What was learnt of an export, as a profile keeps it. */
-struct tune_learnt {
-  bool fast;                    /* no latency worth hiding */
-  bool queued;                  /* calls wait for each other (busy) */
-  uint32_t grain;
-  double flat_ns, lat_ns, ns_per_byte;
-};
 
 struct tune;
 
@@ -105,29 +69,7 @@ extern int tune_model (struct tune *t, struct cut_model *m);
 extern void tune_record (struct tune *t, enum tune_dir d, uint64_t bytes,
                          uint64_t ns);
 
-/* How a read of count bytes that continues a stream, and missed the
- * cache, is served: from an aligned block of size bytes fetched for
- * it (0: the read goes to the plugin as it is).  While the export is
- * being learnt, the block is fetched alone (not in a run of them),
- * and the read or the block may be a sample: then tune_sample_done
- * must follow, with the time its plugin read took (0: none was made,
- * or it failed).
- */
-struct tune_fetch {
-  uint32_t size;
-  bool alone;                   /* the block alone, not a run */
-  uint32_t rung;                /* a sample of this rung, 0: none */
-  unsigned try;                 /* ... in this try of the rung */
-  unsigned pair;                /* ... of this pair */
-  bool block;                   /* the block, or the read */
-};
-
-/* Once learnt, a read gets grains only where they pay: a plugin that
- * is fast, flat no further than the read, or takes requests in
- * parallel and is not busy (the client's own reads in flight then
- * hide its latency better than grains that keep them waiting) gets
- * the read as it is.  At most cap bytes.
- */
+/* learn_fetch and learn_sample (learn.h), for the export. */
 extern void tune_stream_fetch (struct tune *t, uint32_t count, uint64_t cap,
                                struct tune_fetch *f);
 extern void tune_sample_done (struct tune *t, const struct tune_fetch *f,
