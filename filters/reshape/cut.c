@@ -11,7 +11,9 @@
  * it promises to be at least 25% faster, it is tried.  Before that,
  * a request large enough for every lane to get a piece of at least
  * PIECE_MIN is tried cut into one piece per lane: the measurement
- * alone decides.  Nothing is tried over a plugin that serializes
+ * alone decides.  Writes are tried so from UNLEARNT_WRITE_MIN (a
+ * client that only writes teaches the model nothing), reads from
+ * UNLEARNT_MIN (a read's stream teaches it soon enough).  Nothing is tried over a plugin that serializes
  * requests (one lane) or one learnt to have no latency.
  *
  * How: every 4th request of a size class (every 2nd read if the model
@@ -122,8 +124,8 @@ best_cut (unsigned l, const struct cut_model *m, uint64_t count,
  * nothing known, only a measurement will tell); count if none.
  */
 static uint64_t
-proposal (struct cut *k, struct tune *t, uint64_t count, uint32_t max,
-          double *gain)
+proposal (struct cut *k, struct tune *t, enum tune_dir d, uint64_t count,
+          uint32_t max, double *gain)
 {
   const unsigned l = lanes (k);
   struct cut_model m;
@@ -136,7 +138,8 @@ proposal (struct cut *k, struct tune *t, uint64_t count, uint32_t max,
       return count;
     return best_cut (l, &m, count, max, gain);
   case 0:                               /* not learnt: try one lane each */
-    if (l <= 1 || count < UNLEARNT_MIN)
+    if (l <= 1 ||
+        count < (d == TUNE_WRITE ? UNLEARNT_WRITE_MIN : UNLEARNT_MIN))
       return count;
     piece = max_u64 (pow2_floor (count / l), PIECE_MIN);
     *gain = 0;
@@ -182,7 +185,7 @@ cut_begin (struct cut *k, struct tune *t, enum tune_dir d, uint64_t count,
 {
   struct bandit *b;
   double gain;
-  const uint64_t cut = proposal (k, t, count, max, &gain);
+  const uint64_t cut = proposal (k, t, d, count, max, &gain);
   bool explore;
 
   c->cls = -1;
