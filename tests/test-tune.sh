@@ -10,6 +10,9 @@
 #   - a plugin that takes requests in parallel and is not busy (20 ms
 #     + 100 MB/s): told 1M, and a stream's reads go to it as they are
 #     (its own reads in flight hide the latency);
+#   - the same over 1 ms + 400 MB/s with 4K reads, 16 in flight: those
+#     hide the latency less than grains would, so grains (192 plugin
+#     reads for 8192, 3000-5000 without), data checked;
 #   - a plugin serializing requests: grains, fewer plugin reads; and
 #     when its first reads were slow, the knee tried again and found
 #     flat: the grain learnt in the same stream;
@@ -120,6 +123,27 @@ parallel_20ms ()
   test "$reads" -ge 120 || miss "20 ms, parallel: grains used ($reads reads)"
 }
 tries parallel_20ms
+
+# 4K reads, 16 in flight, over 1 ms + 400 MB/s, requests in parallel:
+# once learnt, the reads in flight move 64 MB/s as they are, grains
+# far more: the stream's misses fetch grains, data checked.  (Without
+# grains every 4K read of the 32M reaches the plugin: 8192.)
+small_pipelined ()
+{
+  local reads
+  rm -f "$tmp/calls" "$tmp/stats"
+  nbdkit -U - --filter="$FILTER" "$MODEL" size=32M latency=1ms \
+    bandwidth=400M calls="$tmp/calls" reshape-stats="$tmp/stats" \
+    --run "nbdcopy $tmp/data32 \"\$uri\" &&
+           $stream \"\$uri\" 4096 16 --check $tmp/data32" ||
+    fail "4K reads, 16 deep: the stream failed or read wrong data"
+  learnt
+  reads=$(plugin_reads)
+  echo "4K reads, 16 deep, 1 ms parallel: $reads plugin reads for 8192"
+  test "$reads" -le 1024 || miss "4K reads, 16 deep: no grains ($reads)"
+}
+head -c 32M "$tmp/data" > "$tmp/data32"
+tries small_pipelined
 
 # A plugin serializing requests (4 ms + 400 MB/s): nothing overlaps,
 # so grains pay (a 4M block costs 3x a 256K read, and stands for 16);

@@ -120,7 +120,7 @@ stream (struct learn *l, const struct cell *c, unsigned n, struct run *r)
     struct tune_fetch f;
     uint64_t size, at, ns;
 
-    learn_fetch (l, c->read, 64 << 20, &f);
+    learn_fetch (l, c->read, c->lag + 1, 64 << 20, &f);
     size = f.size ? f.size : c->read;
     at = f.size ? off / f.size * f.size : off;
     ns = call (&c->p, at, size);
@@ -229,6 +229,54 @@ check (const char *name, const struct cell *c)
   }
 }
 
+/* Once learnt, over a parallel plugin that is not busy: grains for a
+ * stream whose reads in flight overlap the latency less than two
+ * grains would, the reads as they are otherwise.
+ */
+static void
+check_grains (void)
+{
+  static const struct {
+    double lat_ns, bw;
+    uint32_t read;
+    unsigned in_flight;
+    bool grains;
+  } cases[] = {
+    { 1e6, 400e6, 4096, 16, true },     /* 64 MB/s against 580 MB/s */
+    { 1e6, 400e6, 4096, 1, true },
+    { 1e6, 400e6, 256 << 10, 16, false },
+    { 1e6, 400e6, 256 << 10, 1, true },
+    { 20e6, 100e6, 256 << 10, 16, false },
+    { 20e6, 100e6, 4096, 16, true },
+    { 20e6, 100e6, 64 << 10, 16, false },   /* 51 against 70 MB/s */
+    { 20e6, 100e6, 64 << 10, 4, true },
+  };
+  unsigned i, j;
+
+  for (i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const struct plugin p = { .lat_ns = cases[i].lat_ns, .bw = cases[i].bw };
+    struct learn l = { .min = 4096, .parallel = true };
+    const uint32_t grain = 1 << 20;
+    struct tune_fetch f;
+
+    learn_forget (&l);
+    learn_teach (&l, &(struct tune_learnt) {
+        .grain = grain, .flat_ns = cost (&p, 0, grain),
+        .lat_ns = p.lat_ns, .ns_per_byte = 1e9 / p.bw });
+    for (j = 0; j < 8; j++)
+      learn_record (&l, TUNE_READ, cases[i].read,
+                    cost (&p, 0, cases[i].read));
+    learn_fetch (&l, cases[i].read, cases[i].in_flight, 64 << 20, &f);
+    if ((f.size != 0) != cases[i].grains) {
+      failures++;
+      printf ("FAIL grains: %.0f us + %.0f MB/s, %" PRIu32 "K reads, %u "
+              "in flight: %s\n", p.lat_ns / 1e3, p.bw / 1e6,
+              cases[i].read >> 10, cases[i].in_flight,
+              f.size ? "grains" : "as they are");
+    }
+  }
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -275,6 +323,7 @@ main (int argc, char *argv[])
     check (name, &c);
     cells++;
   }
+  check_grains ();
   printf ("%u cells, %u failed\n", cells, failures);
   return failures ? 1 : 0;
 }

@@ -56,7 +56,8 @@ grains_reset (struct grains *g)
 }
 
 void
-grains_plan (const struct io *io, uint32_t count, struct tune_fetch *tf)
+grains_plan (const struct io *io, uint32_t count, unsigned in_flight,
+             struct tune_fetch *tf)
 {
   const struct geometry *geo = io->geo;
   const uint64_t cap = min_u64 (min_u64 (pool_largest (POOL_REQUEST),
@@ -65,7 +66,7 @@ grains_plan (const struct io *io, uint32_t count, struct tune_fetch *tf)
   *tf = (struct tune_fetch) { .size = 0 };
   if (io->tune == NULL)
     return;
-  tune_stream_fetch (io->tune, count, cap, tf);
+  tune_stream_fetch (io->tune, count, in_flight, cap, tf);
   if (tf->size && (tf->size % geo->min || tf->size > cap)) {
     tune_sample_done (io->tune, tf, 0);
     tf->rung = 0;

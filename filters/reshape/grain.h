@@ -36,7 +36,7 @@ extern void grains_reset (struct grains *g);
  * tf->size is 0: the read goes as it is.
  */
 extern void grains_plan (const struct io *io, uint32_t count,
-                         struct tune_fetch *tf);
+                         unsigned in_flight, struct tune_fetch *tf);
 
 /* Serve rq by tf->size: one block alone (the learning's, timed if a
  * sample), or the stream's runs of grains.

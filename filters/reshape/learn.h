@@ -132,16 +132,17 @@ extern void learn_forget (struct learn *l);
 /* A plugin call of bytes took ns. */
 extern void learn_record (struct learn *l, enum tune_dir d, uint64_t bytes,
                           uint64_t ns);
-/* How a stream's read of count bytes that missed the cache is served
- * (see struct tune_fetch), with blocks of at most cap bytes.  Once
- * learnt, a read gets grains only where they pay: a plugin that is
- * fast, flat no further than the read, or takes requests in parallel
- * and is not busy (the client's own reads in flight then hide its
- * latency better than grains that keep them waiting) gets the read as
- * it is.
+/* How a stream's read of count bytes that missed the cache, with
+ * in_flight of the stream's reads at the plugin (itself included), is
+ * served (see struct tune_fetch), with blocks of at most cap bytes.
+ * Once learnt, a read gets grains only where they pay: a plugin that
+ * is fast, flat no further than the read, or takes requests in
+ * parallel and is not busy, where the stream's reads in flight hide
+ * its latency better than grains would (they keep the reads waiting),
+ * gets the read as it is.
  */
-extern void learn_fetch (struct learn *l, uint32_t count, uint64_t cap,
-                         struct tune_fetch *f);
+extern void learn_fetch (struct learn *l, uint32_t count, unsigned in_flight,
+                         uint64_t cap, struct tune_fetch *f);
 /* A sample handed out by learn_fetch took ns (0: lost).  True if what
  * is learnt changed (published, or learnt anew); then why says what.
  * note holds the rung's judgment, if one was made (else "").

@@ -61,6 +61,7 @@ struct stream_read {
   bool continues;           /* exactly where it was */
   bool waits;               /* its client waits for each read */
   bool pipelined;           /* its client keeps reads in flight */
+  unsigned in_flight;       /* the stream's reads in flight, with it */
 };
 
 /* Record rq as in flight in the stream; stream_end must follow. */
@@ -85,6 +86,7 @@ stream_begin (struct readahead *ra, const struct read_req *rq,
   s->continues = rq->offset == ra->next;
   s->waits = ra->alone_run >= ALONE_RUN && !ra->pipelined;
   s->pipelined = ra->pipelined;
+  s->in_flight = ra->in_flight;
   ra->next = rq->offset + rq->count;
 }
 
@@ -109,7 +111,7 @@ read_missed (struct readahead *ra, struct cache *cache, const struct io *io,
   if (s->in_stream && fill_wait (cache, false, rq))
     return 0;                           /* a fill in progress held it */
   if (s->in_stream)
-    grains_plan (io, rq->count, &tf);
+    grains_plan (io, rq->count, s->in_flight, &tf);
   if (tf.size)
     return grains_read (&ra->grains, cache, io, down, &tf, rq, err);
   start = now_ns ();

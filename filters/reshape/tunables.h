@@ -110,6 +110,12 @@
 #define PREFERRED_CAP (8 * 1024 * 1024)
 #define FAST_PREFERRED (64 * 1024)
 #define EXPORTS_MAX 64
+/* Grains over a parallel plugin that is not busy: GRAIN_CALLS at once
+ * must move GRAIN_GAIN times what the stream's reads in flight move as
+ * they are [nbdcopy --request-size=4096 over the 1 ms model].
+ */
+#define GRAIN_CALLS 2
+#define GRAIN_GAIN 2.0
 
 /* Cut or whole (cut.c) [bench big; tune lat1]:
  *   CUT_GAIN       a cut the model promises this much faster is tried

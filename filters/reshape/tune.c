@@ -238,12 +238,12 @@ tune_record (struct tune *t, enum tune_dir d, uint64_t bytes, uint64_t ns)
 }
 
 void
-tune_stream_fetch (struct tune *t, uint32_t count, uint64_t cap,
-                   struct tune_fetch *f)
+tune_stream_fetch (struct tune *t, uint32_t count, unsigned in_flight,
+                   uint64_t cap, struct tune_fetch *f)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
-  learn_fetch (core (t), count, cap, f);
+  learn_fetch (core (t), count, in_flight, cap, f);
 }
 
 void

@@ -70,7 +70,8 @@ extern void tune_record (struct tune *t, enum tune_dir d, uint64_t bytes,
                          uint64_t ns);
 
 /* learn_fetch and learn_sample (learn.h), for the export. */
-extern void tune_stream_fetch (struct tune *t, uint32_t count, uint64_t cap,
+extern void tune_stream_fetch (struct tune *t, uint32_t count,
+                               unsigned in_flight, uint64_t cap,
                                struct tune_fetch *f);
 extern void tune_sample_done (struct tune *t, const struct tune_fetch *f,
                               uint64_t ns);
