@@ -16,8 +16,9 @@
 #
 # Each result keeps its command as "invocation", with the checkout's
 # directory left out (filters/reshape/.libs/..., bench/...: paths from
-# the top of the checkout, where the bench scripts run): results are
-# committed, and name no machine's directories.
+# the top of the checkout, where the bench scripts run) and the
+# scratch directory named in $RESHAPE_SCRATCH, if set, written
+# $SCRATCH: results are committed, and name no machine's directories.
 
 import argparse
 import json
@@ -57,7 +58,12 @@ if os.path.isdir(pwd) and os.path.samefile(pwd, top):
     tops.add(pwd)
 
 
+scratch = os.environ.get("RESHAPE_SCRATCH", "").rstrip("/")
+
+
 def relative(cmd):
+    if scratch:
+        cmd = cmd.replace(scratch + "/", "$SCRATCH/")
     for t in sorted(tops, key=len, reverse=True):
         cmd = cmd.replace(t.rstrip("/") + "/", "")
     return cmd

@@ -35,6 +35,7 @@ F=${RESHAPE_FILTER:-"$PWD/filters/reshape/.libs/nbdkit-reshape-filter.so"}
 M=${RESHAPE_MODEL:-"$PWD/bench/.libs/nbdkit-model-plugin.so"}
 out="$PWD/bench/results/tune"
 scratch=$(mktemp -d /dev/shm/reshape-tune.XXXXXX)
+export RESHAPE_SCRATCH=$scratch         # written $SCRATCH in the results
 helpers=""
 trap 'for p in $helpers; do kill $p 2>/dev/null || :; done; rm -rf "$scratch"' EXIT
 mkdir -p "$out"
