@@ -25,6 +25,10 @@ data = open(path, "rb")
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # The headers and the body go out in two writes: with Nagle's
+    # algorithm the body waits for the client's delayed ACK of the
+    # headers, 40 ms more per request on a kept-alive connection.
+    disable_nagle_algorithm = True
 
     def log_message(self, *args):
         pass

@@ -6,7 +6,10 @@
 #   default >= 0.95x no filter, and within 1.2x of the best fixed size.
 # With a "profile" setup (the default with a profile learnt by a run
 # before), the same two numbers for it, beside the goals' (which are
-# the default's, without a profile).
+# the default's, without a profile).  The cdi row (KubeVirt CDI's HTTP
+# import, cdi.nbdkit-VERSION.json) has a table of its own: a row per
+# nbdkit version, its setups against the download of the file and
+# against CDI's filters; it is in neither the goals nor the heat map.
 # usage: tune-report.py DIR
 import glob
 import json
@@ -105,6 +108,65 @@ for p in PLUGINS:
                "filter (the seeds' own fix), %.3f s: %.2fx the time."
                % (dflt, y["none"][0], dflt / y["none"][0]), ""]
     md.append("")
+
+
+def version_key(c):
+    return [int(x) if x.isdigit() else x
+            for x in c.replace("nbdkit-", "").split(".")]
+
+
+cdi = sorted((c for p, c in cells if p == "cdi"), key=version_key)
+if cdi:
+    CDI_SETUPS = ["download", "none", "cdi", "cdi+readahead", "default",
+                  "4M"]
+    setups = [s for s in CDI_SETUPS if any(s in cells[("cdi", c)]
+                                           for c in cdi)]
+    md += ["## cdi: KubeVirt CDI's HTTP import",
+           "",
+           "`qemu-img convert -f qcow2 -O raw` of a compressed qcow2 with "
+           "64K clusters (a 384M disk of mixed content, bench/mixed-disk.py "
+           "384 1) from nbdkit's curl plugin (`nbdkit -r`, as CDI), "
+           "bench/http-server.py answering each request after 10 ms, then "
+           "at 100 MB/s; the raw image written to /dev/shm.  Setups: "
+           "*download*: curl fetches the whole file (one GET), then "
+           "qemu-img converts it locally, the time of both; *none*: no "
+           "filter; *cdi*: `--filter=cache --filter=cacheextents "
+           "--filter=retry cache-on-read=true` (the cache's file in "
+           "/dev/shm); *cdi+readahead*: the same under "
+           "`--filter=readahead`; *default*: `--filter=reshape`, nothing "
+           "else; *4M*: reshape-size=4M.  Each setup's image was checked "
+           "equal to qemu-img convert's of the local qcow2 (cmp).  Median "
+           "of the runs (s), setups run in alternation.  A row per nbdkit "
+           "version and system: another nbdkit's row is the same command "
+           "in a chroot of its release (as .ci/leg makes).", ""]
+    md += ["| nbdkit, system | " + " | ".join(setups) +
+           " | default/download | default/cdi |",
+           "|---|" + "---:|" * (len(setups) + 2)]
+    notes = []
+    for c in cdi:
+        t = cells[("cdi", c)]
+        base = os.path.join(d, "cdi." + c)
+        ver = (open(base + ".version").read().strip()
+               if os.path.exists(base + ".version") else c)
+        cmd = (open(base + ".command").read().strip()
+               if os.path.exists(base + ".command") else "")
+
+        def ratio(a, b):
+            return ("%.2f" % (t[a][0] / t[b][0])
+                    if a in t and b in t else "-")
+        md.append("| %s | " % ver +
+                  " | ".join("%.3f" % t[s][0] if s in t else "-"
+                             for s in setups) +
+                  " | %s | %s |" % (ratio("default", "download"),
+                                    ratio("default", "cdi")))
+        if cmd:
+            notes.append("%s: `%s`" % (ver, cmd))
+        inv = {r["command"]: r["invocation"]
+               for r in json.load(open(base + ".json"))["results"]}
+        if "cdi" in inv and "cacheextents" not in inv["cdi"]:
+            notes.append("%s: no cacheextents filter (removed after "
+                         "1.45): *cdi* is CDI's stack without it." % ver)
+    md += [""] + ["- " + n for n in notes] + ["", ""]
 md.append("Cells missing a goal: %d" % fails)
 if any("profile" in t for t in cells.values()):
     md.append("")

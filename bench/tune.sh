@@ -16,6 +16,15 @@
 #             clusters, through nbdkit's nbd plugin
 #   curl      nbdkit's curl plugin against bench/http-server.py: 20 ms
 #             per request, then 100 MB/s, 128M
+#   cdi       KubeVirt CDI's HTTP import: qemu-img convert -f qcow2 -O
+#             raw from nbdkit's curl plugin, bench/http-server.py
+#             serving a compressed qcow2 with 64K clusters (about 104M
+#             of a 384M disk, bench/mixed-disk.py) after 10 ms per
+#             request, then at 100 MB/s; its own setups: the download
+#             of the whole file then a local convert, no filter, CDI's
+#             filters (cache, cacheextents, retry), the same under
+#             readahead, the default, reshape-size=4M.  Its results are
+#             a row per nbdkit version: cdi.nbdkit-VERSION.json.
 # Results: bench/results/tune/PLUGIN.CLIENT.json; then
 # bench/tune-report.py writes bench/results/tune/README.md and the heat
 # map bench/results/tune.svg.
@@ -30,7 +39,7 @@ cd "$(dirname "$0")/.."
 export PATH="/usr/bin:/bin:$PATH"
 runs=${1:-3}
 shift || :
-plugins=${*:-lat1 objstore clu64k clu2m zero serial qcow2dec qemu-nbd curl}
+plugins=${*:-lat1 objstore clu64k clu2m zero serial qcow2dec qemu-nbd curl cdi}
 F=${RESHAPE_FILTER:-"$PWD/filters/reshape/.libs/nbdkit-reshape-filter.so"}
 M=${RESHAPE_MODEL:-"$PWD/bench/.libs/nbdkit-model-plugin.so"}
 out="$PWD/bench/results/tune"
@@ -53,7 +62,7 @@ model_args ()
     serial)   echo "latency=1ms bandwidth=400M serialize=true" ;;
   esac
 }
-is_model () { case $1 in qcow2dec|qemu-nbd|curl) return 1 ;; esac; }
+is_model () { case $1 in qcow2dec|qemu-nbd|curl|cdi) return 1 ;; esac; }
 
 # workload PLUGIN CLIENT: "SIZE COUNT", the export size and, for the
 # clients of small requests, how many they send; about 2 s without the
@@ -196,7 +205,83 @@ prepare ()
       helpers="$helpers $!"
       for i in $(seq 50); do grep -qs ready "$scratch/http.out" && break
                              sleep 0.1; done ;;
+    cdi)
+      nbdkit curl --dump-plugin >/dev/null 2>&1 ||
+        { echo "tune.sh: cdi: skipped: no curl plugin" >&2; return 1; }
+      command -v curl >/dev/null ||
+        { echo "tune.sh: cdi: skipped: no curl (the download)" >&2; return 1; }
+      /usr/bin/python3 bench/mixed-disk.py 384 1 > "$scratch/cdi.img"
+      qemu-img convert -q -c -f raw -O qcow2 -o cluster_size=64K \
+        "$scratch/cdi.img" "$scratch/cdi.qcow2"
+      # What every setup must write: qemu-img convert of the local qcow2.
+      qemu-img convert -q -f qcow2 -O raw "$scratch/cdi.qcow2" \
+        "$scratch/cdi.ref"
+      cmp "$scratch/cdi.img" "$scratch/cdi.ref"
+      rm -f "$scratch/cdi.img"
+      echo "tune.sh: cdi: qcow2 of $(stat -c %s "$scratch/cdi.qcow2") bytes"
+      /usr/bin/python3 bench/http-server.py 18080 "$scratch/cdi.qcow2" 10 100 \
+        > "$scratch/cdi-http.out" &
+      helpers="$helpers $!"
+      for i in $(seq 50); do grep -qs ready "$scratch/cdi-http.out" && break
+                             sleep 0.1; done ;;
   esac
+}
+
+# The cdi row: one cell, CDI's import in every setup (SETUPS=... to
+# choose), written to a raw file in the scratch dir; after the runs
+# each setup's file must equal qemu-img convert's of the local qcow2,
+# or the cell fails and writes no results.  Every nbdkit is read-only
+# (-r) as CDI's.  The cache filter keeps its file in TMPDIR, the
+# scratch dir in memory.  The filter's path is relative to the
+# checkout (the commands run there), so that the results name no
+# checkout.
+cdi_cell ()
+{
+  local v f url=http://127.0.0.1:18080/cdi.qcow2 cdi s o conv run
+  local setups=${SETUPS:-none cdi cdi+readahead default 4M download}
+  local args=()
+  v=$(nbdkit --version | awk '{ print $2; exit }')
+  f=${F#"$PWD/"}
+  cdi="--filter=cache --filter=cacheextents --filter=retry"
+  if ! nbdkit -U - --filter=cacheextents null --run true 2>/dev/null; then
+    echo "tune.sh: cdi: nbdkit $v has no cacheextents filter" \
+      "(removed after 1.45): CDI's stack without it" >&2
+    cdi="--filter=cache --filter=retry"
+  fi
+  echo "== cdi: qemu-img convert -f qcow2 -O raw (nbdkit $v)"
+  for s in $setups; do
+    o=$scratch/cdi-$s.raw
+    conv="qemu-img convert -f qcow2 -O raw \"\$uri\" $o"
+    case $s in
+      none)    run="nbdkit -r -U - curl url=$url --run '$conv'" ;;
+      cdi)     run="nbdkit -r -U - $cdi curl url=$url cache-on-read=true \
+--run '$conv'" ;;
+      cdi+readahead)
+               run="nbdkit -r -U - --filter=readahead $cdi curl url=$url \
+cache-on-read=true --run '$conv'" ;;
+      default) run="nbdkit -r -U - --filter=$f curl url=$url --run '$conv'" ;;
+      download)
+               run="sh -c 'curl -sSf -o $scratch/cdi-dl.qcow2 $url && \
+qemu-img convert -f qcow2 -O raw $scratch/cdi-dl.qcow2 $o'" ;;
+      *)       run="nbdkit -r -U - --filter=$f curl url=$url reshape-size=$s \
+--run '$conv'" ;;
+    esac
+    args+=(-n "$s" "$run")
+  done
+  TMPDIR=$scratch /usr/bin/python3 bench/paired.py --warmup "${WARMUP:-1}" \
+    --runs "$runs" --export-json "$scratch/cdi.json" "${args[@]}"
+  for s in $setups; do
+    cmp "$scratch/cdi-$s.raw" "$scratch/cdi.ref" || {
+      echo "tune.sh: cdi: $s wrote another image than qemu-img convert" \
+        "of the local qcow2: no results" >&2
+      exit 1
+    }
+  done
+  mv "$scratch/cdi.json" "$out/cdi.nbdkit-$v.json"
+  echo "bench/tune.sh $runs cdi" > "$out/cdi.nbdkit-$v.command"
+  ( . /etc/os-release; echo "nbdkit $v, $PRETTY_NAME" ) \
+    > "$out/cdi.nbdkit-$v.version"
+  rm -f "$scratch"/cdi-*.raw "$scratch/cdi-dl.qcow2"
 }
 
 # The setups of a cell: fixed sizes from 64K to 8M (32M was the best of
@@ -227,6 +312,7 @@ setup_params ()
 clients=${CLIENTS:-nbdcopy nbdcopy2m nbdcopy4k convert-from convert-to naive rand1 rand32}
 for p in $plugins; do
   prepare "$p" || continue
+  if [ "$p" = cdi ]; then cdi_cell; continue; fi
   nbdkit --version | head -1 > "$out/$p.version"
   echo "bench/tune.sh $runs $p" > "$out/$p.command"
   for c in $clients; do

@@ -1,0 +1,1 @@
+bench/tune.sh 3 cdi
