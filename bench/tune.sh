@@ -314,7 +314,14 @@ for p in $plugins; do
   prepare "$p" || continue
   if [ "$p" = cdi ]; then cdi_cell; continue; fi
   nbdkit --version | head -1 > "$out/$p.version"
-  echo "bench/tune.sh $runs $p" > "$out/$p.command"
+  # A run of some clients' cells only is added to the command of the
+  # run that made the others.
+  if [ -n "${CLIENTS:-}" ]; then
+    echo "CLIENTS='$CLIENTS' bench/tune.sh $runs $p (those cells)" \
+      >> "$out/$p.command"
+  else
+    echo "bench/tune.sh $runs $p" > "$out/$p.command"
+  fi
   for c in $clients; do
     set -- $(workload "$p" "$c")
     [ "$1" != - ] || continue
