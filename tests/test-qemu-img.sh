@@ -3,6 +3,7 @@
 # qemu-img compare against the source.
 source "$srcdir/functions.sh"
 requires qemu-img --version
+requires python3 --version
 
 nbdkit -U - sparse-random 32M seed=42 --run 'nbdcopy "$uri" '"$tmp/src"
 truncate -s 32M "$tmp/dst"

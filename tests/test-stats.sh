@@ -38,7 +38,7 @@ set -- $(row flush)
 test "$*" = "flush 1 1 1.0:1" || fail "flush row: $*"
 grep -qE '^[0-9]+\.[0-9]+ s from the first client request to the last' \
   "$tmp/stats" || fail "no elapsed time"
-grep -qx 'unasked: 3.9K read that no client asked for, 3996.0% of the 100 clients read' \
+grep -qx 'unasked: 3.9K read that no client asked for, 3996.0% of the 100 that clients read' \
   "$tmp/stats" || fail "unasked bytes"
 grep -qx 'size: fixed 256K (reshape-size)' "$tmp/stats" ||
   fail "a fixed size is not reported as such"
@@ -97,6 +97,18 @@ assert r["exports"] == []
 nbdkit -U - --filter="$FILTER" memory 1M reshape-stats="$tmp/auto" --run 'nbdinfo "$uri" >/dev/null'
 grep -qx "size: auto, export '': nothing learnt" "$tmp/auto" ||
   { cat "$tmp/auto"; fail "auto summary line"; }
+
+# An export name that is not UTF-8 (nbdkit takes any bytes; here
+# Latin-1, through the URI) still makes valid JSON.
+nbdkit -U - --filter="$FILTER" memory 1M reshape-stats="$tmp/names.json" \
+  --run 'nbdinfo "nbd+unix:///caf%E9%20%22q%22?socket=$unixsocket"' \
+  > /dev/null || fail "nbdinfo of an export named in Latin-1"
+python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1], encoding="utf-8"))
+names = [e["name"] for e in r["exports"]]
+assert names == ["caf\u00e9 \"q\""], names
+' "$tmp/names.json" || { cat "$tmp/names.json"; fail "JSON of a non-UTF-8 name"; }
 
 # With -v the same report goes to the debug log.
 nbdkit -v -U - --filter="$FILTER" memory 1M \

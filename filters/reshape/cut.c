@@ -13,8 +13,9 @@
  * PIECE_MIN is tried cut into one piece per lane: the measurement
  * alone decides.  Writes are tried so from UNLEARNT_WRITE_MIN (a
  * client that only writes teaches the model nothing), reads from
- * UNLEARNT_MIN (a read's stream teaches it soon enough).  Nothing is tried over a plugin that serializes
- * requests (one lane) or one learnt to have no latency.
+ * UNLEARNT_MIN (a read's stream teaches it soon enough).  Nothing is
+ * tried over a plugin that serializes requests (one lane) or one
+ * learnt to have no latency.
  *
  * How: every 4th request of a size class (every 2nd read if the model
  * promises twice as fast: a client may send only a few such requests)

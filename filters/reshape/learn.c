@@ -33,8 +33,8 @@
  *   - grain G, the last flat rung: small reads in a stream are
  *     fetched as the aligned G block that holds them where grains pay,
  *     and no request is cut below G;
- *   - per-call cost L, the median of the knee's base reads, and
- *     bandwidth B of one stream, from the knee's excess over L;
+ *   - per-call cost L and bandwidth B of one stream, from the line
+ *     through the knee's block and its base reads;
  *   - preferred P, told to the connections made from then on and used
  *     as the unit of staging: the power of 2 nearest L B / 2, where a
  *     call's transfer takes half its fixed cost (2 L B if the plugin
@@ -59,7 +59,8 @@
 void
 learn_forget (struct learn *l)
 {
-  const unsigned tries = l->ladder.tries;  /* samples in flight: stale */
+  /* Samples in flight no longer count. */
+  const unsigned tries = l->ladder.tries + 1;
 
   memset (l->table, 0, sizeof l->table);
   memset (&l->ladder, 0, sizeof l->ladder);
@@ -225,7 +226,7 @@ static void fresh_pairs (struct ladder *k);
 
 /* Try the next rung: halfway (in powers of 2) between the largest
  * block found flat and the smallest found not (or the cap), rounded
- * up.  
+ * up.
  */
 static void
 next_rung (struct ladder *k)
@@ -239,7 +240,6 @@ next_rung (struct ladder *k)
 }
 
 /* The rung's pairs start afresh (those in flight no longer count).
- * 
  */
 static void
 fresh_pairs (struct ladder *k)
@@ -254,7 +254,7 @@ fresh_pairs (struct ladder *k)
 /* Do the plugin's calls wait for each other?  The reads of the
  * stream's size take QUEUED times, on average lately, the fastest of
  * them ever seen (a stream's first reads find the plugin idle), and
- * long enough to matter.  
+ * long enough to matter.
  */
 static bool
 queued (const struct learn *l)
@@ -266,7 +266,7 @@ queued (const struct learn *l)
 }
 
 /* Is the ladder over?  Then what it found is learnt: flat up to the
- * largest flat block, then lat + s * npb from the knee.  
+ * largest flat block, then lat + s * npb from the knee.
  */
 static bool
 ladder_done (struct learn *l, double base)
@@ -284,16 +284,21 @@ ladder_done (struct learn *l, double base)
   k->recheck_in = k->knee && k->knee != k->confirmed ? RECHECK_AFTER : 0;
   lt = (struct tune_learnt) {
     .queued = queued (l),
-    .grain = k->flat, .flat_ns = k->flat > size_class_bytes (k->base) ?
-                                 k->flat_ns : base,
-    .lat_ns = k->flat_ns,
+    .grain = k->flat,
+    /* A flat block never timed (the plugin's minimum block): the
+     * base's time.
+     */
+    .flat_ns = k->flat > size_class_bytes (k->base) && k->flat_ns > 0 ?
+               k->flat_ns : base,
   };
+  lt.lat_ns = lt.flat_ns;
   /* The line through the knee's two points, its block and its base
    * read (whose own bytes cost time too: a line through zero bytes
    * would take a read's transfer for latency).
    */
   if (k->knee && k->knee_ns > k->knee_base_ns) {
-    const double read = size_class_bytes (k->base);
+    /* The base read as the plugin got it: at least a minimum block. */
+    const double read = max_u64 (size_class_bytes (k->base), l->min);
     lt.ns_per_byte = (k->knee_ns - k->knee_base_ns) / (k->knee - read);
     lt.lat_ns = k->knee_base_ns - read * lt.ns_per_byte;
     if (lt.lat_ns < 0)
@@ -311,7 +316,6 @@ ladder_done (struct learn *l, double base)
  * while it costs at most three quarters of the reads it stands for
  * (qcow2dec decoding a 2M cluster in 3 ms, then copying it out, costs
  * more for a larger read, but far less than the 256K reads it saves).
- * 
  */
 static double
 knee (const struct learn *l)
@@ -336,7 +340,6 @@ knee (const struct learn *l)
  * too high only makes grains larger.  For the same reason a knee
  * seen on the first rung while the plugin's queue was long is tried
  * once more, and a rung whose pairs were mostly lost starts again.
- * 
  */
 static bool
 judge_rung (struct learn *l)
@@ -432,7 +435,7 @@ grains_outrun (const struct learn *l, uint32_t count, unsigned in_flight)
   const double grain_ns = recent_ns (l, l->sizes.grain);
 
   return read_ns > 0 && grain_ns > 0 &&
-    GRAIN_CALLS * l->sizes.grain / grain_ns >=
+    (double) GRAIN_CALLS * l->sizes.grain / grain_ns >=
     GRAIN_GAIN * in_flight * count / read_ns;
 }
 
@@ -455,7 +458,7 @@ grains_pay (const struct learn *l, uint32_t count, unsigned in_flight)
  * there is no room to learn in.  Reads of BASE_MAX or more are large
  * already (qemu-img convert reads 2M): what the learning could find
  * beyond them would not pay for its blocks.  The first rung is at
- * least twice the minimum block (blocks are whole blocks).  
+ * least twice the minimum block (blocks are whole blocks).
  */
 static bool
 start_ladder (struct learn *l, uint32_t count, uint64_t cap)
@@ -475,7 +478,7 @@ start_ladder (struct learn *l, uint32_t count, uint64_t cap)
 }
 
 /* Learnt: is it time to try the knee again, with a stream of the
- * ladder's reads?  Then the ladder goes on from there.  
+ * ladder's reads?  Then the ladder goes on from there.
  */
 static bool
 recheck (struct learn *l, uint32_t count)
@@ -515,6 +518,7 @@ learn_fetch (struct learn *l, uint32_t count, unsigned in_flight,
   if (k->rung && size_class (count) != k->base &&
       ++k->others >= 2 * WARMUP) {
     k->rung = 0;
+    k->tries++;                         /* samples in flight: stale */
     if (!learn_known (l))
       l->state = LEARN_NONE;
   }
@@ -563,7 +567,8 @@ learn_sample (struct learn *l, const struct tune_fetch *f, uint64_t ns)
   struct ladder *k = &l->ladder;
 
   l->note[0] = '\0';
-  if (f->rung == 0 || f->try != k->tries || l->state == LEARN_KNOWN)
+  if (f->rung == 0 || f->try != k->tries || f->rung != k->rung ||
+      l->state == LEARN_KNOWN)
     return false;                       /* a rung since judged */
   if (ns == 0)
     k->lost[f->pair] = true;

@@ -133,8 +133,9 @@ extern void learn_forget (struct learn *l);
 extern void learn_record (struct learn *l, enum tune_dir d, uint64_t bytes,
                           uint64_t ns);
 /* How a stream's read of count bytes that missed the cache, with
- * in_flight of the stream's reads at the plugin (itself included), is
- * served (see struct tune_fetch), with blocks of at most cap bytes.
+ * in_flight of its connection's reads in the filter at its start
+ * (itself included), is served (see struct tune_fetch), with blocks
+ * of at most cap bytes.
  * Once learnt, a read gets grains only where they pay: a plugin that
  * is fast, flat no further than the read, or takes requests in
  * parallel and is not busy, where the stream's reads in flight hide

@@ -121,15 +121,37 @@ stats_start (void)
   started_ns = now_ns ();
 }
 
+/* *p = the least (or most) of *p and v; 0 in *p: none yet. */
+static void
+atomic_min (uint64_t *p, uint64_t v)
+{
+  uint64_t old = __atomic_load_n (p, __ATOMIC_RELAXED);
+
+  while ((old == 0 || v < old) &&
+         !__atomic_compare_exchange_n (p, &old, v, false,
+                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    ;
+}
+
+static void
+atomic_max (uint64_t *p, uint64_t v)
+{
+  uint64_t old = __atomic_load_n (p, __ATOMIC_RELAXED);
+
+  while (v > old &&
+         !__atomic_compare_exchange_n (p, &old, v, false,
+                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    ;
+}
+
 void
 stats_client (enum stats_op op, uint64_t bytes)
 {
-  uint64_t t = now_ns (), zero = 0;
+  const uint64_t t = now_ns ();
 
   account (&client[op], bytes);
-  __atomic_compare_exchange_n (&first_ns, &zero, t, false,
-                               __ATOMIC_RELAXED, __ATOMIC_RELAXED);
-  __atomic_store_n (&last_ns, t, __ATOMIC_RELAXED);
+  atomic_min (&first_ns, t);
+  atomic_max (&last_ns, t);
 }
 
 void
@@ -147,12 +169,7 @@ stats_add (enum stats_counter c, uint64_t n)
 void
 stats_max (enum stats_counter c, uint64_t v)
 {
-  uint64_t old = __atomic_load_n (&counters[c], __ATOMIC_RELAXED);
-
-  while (v > old &&
-         !__atomic_compare_exchange_n (&counters[c], &old, v, false,
-                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-    ;
+  atomic_max (&counters[c], v);
 }
 
 /* 100 -> "100", 4096 -> "4K", 1536 -> "1.5K". */
@@ -176,18 +193,49 @@ stats_human (uint64_t v, char *buf, size_t len)
   return buf;
 }
 
-void
-stats_json_string (FILE *fp, const char *s)
+/* The length of the valid UTF-8 sequence at s, 0 if none. */
+static size_t
+utf8_len (const unsigned char *s)
 {
+  size_t n, i;
+
+  if (s[0] < 0x80)
+    return 1;
+  if (s[0] >= 0xc2 && s[0] <= 0xdf)
+    n = 2;
+  else if (s[0] >= 0xe0 && s[0] <= 0xef)
+    n = 3;
+  else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+    n = 4;
+  else
+    return 0;
+  for (i = 1; i < n; i++)
+    if ((s[i] & 0xc0) != 0x80)
+      return 0;
+  return n;
+}
+
+/* A client's export name need not be UTF-8: a byte that is not is
+ * written as the character of that number, so the JSON stays valid.
+ */
+void
+stats_json_string (FILE *fp, const char *str)
+{
+  const unsigned char *s = (const unsigned char *) str;
+  size_t n;
+
   fputc ('"', fp);
-  for (; *s; s++) {
-    unsigned char c = *s;
-    if (c == '"' || c == '\\')
-      fprintf (fp, "\\%c", c);
-    else if (c < 0x20)
-      fprintf (fp, "\\u%04x", c);
-    else
-      fputc (c, fp);
+  while (*s) {
+    if (*s == '"' || *s == '\\')
+      fprintf (fp, "\\%c", *s);
+    else if (*s < 0x20 || (n = utf8_len (s)) == 0)
+      fprintf (fp, "\\u%04x", *s);
+    else {
+      fwrite (s, 1, n, fp);
+      s += n;
+      continue;
+    }
+    s++;
   }
   fputc ('"', fp);
 }
@@ -232,7 +280,7 @@ summary_op (FILE *fp, enum stats_op op)
   const struct opstats *c = &client[op], *p = &plugin[op];
   char ratio[32];
 
-  fprintf (fp, "  %-6s", op_names[op]);
+  fprintf (fp, "  %-7s", op_names[op]);
   side (fp, op, c);
   fprintf (fp, " ");
   side (fp, op, p);
@@ -270,7 +318,7 @@ write_summary (FILE *fp, uint32_t fixed_size,
   fprintf (fp, "nbdkit-reshape-filter statistics\n\n");
   fprintf (fp, "%.2f s from the first client request to the last "
            "(server up %.2f s)\n", active_s (), up_s ());
-  fprintf (fp, "%8s %-24s %-24s %13s\n", "", "     client requests",
+  fprintf (fp, "%9s%-24s %-24s %13s\n", "", "     client requests",
            "     plugin requests", "client:plugin");
   for (op = 0; op < OP_COUNT; op++)
     if (client[op].count || plugin[op].count)
@@ -278,7 +326,7 @@ write_summary (FILE *fp, uint32_t fixed_size,
   fprintf (fp, "unasked: %s read that no client asked for",
            stats_human (unasked_bytes (), b1, sizeof b1));
   if (asked)
-    fprintf (fp, ", %.1f%% of the %s clients read", 100.0 *
+    fprintf (fp, ", %.1f%% of the %s that clients read", 100.0 *
              unasked_bytes () / asked, stats_human (asked, b2, sizeof b2));
   fprintf (fp, "\n");
   if (learning)

@@ -252,7 +252,7 @@ tune_sample_done (struct tune *t, const struct tune_fetch *f, uint64_t ns)
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
   bool changed;
 
-  if (f->rung && reshape_debug_tune > 1)
+  if (f->rung && f->try == t->learn.ladder.tries && reshape_debug_tune > 1)
     nbdkit_debug ("reshape: tune: export '%s': %" PRIu32 "K pair %u: %s "
                   "%.3f ms", t->name, f->rung / 1024, f->pair,
                   f->block ? "block" : "base", ns / 1e6);
@@ -310,7 +310,8 @@ tables_one (struct tune *t, void *fpv)
     fprintf (fp, "\nreshape-size=auto, export '%s': still learning "
              "(trying %s blocks for %s reads)\n", t->name,
              stats_human (t->learn.ladder.rung, b1, sizeof b1),
-             stats_human (size_class_bytes (t->learn.ladder.base), b2, sizeof b2));
+             stats_human (size_class_bytes (t->learn.ladder.base), b2,
+                          sizeof b2));
   else
     fprintf (fp, "\nreshape-size=auto, export '%s': nothing learnt "
              "(no client read a stream of small reads)\n", t->name);
@@ -328,6 +329,12 @@ tables_one (struct tune *t, void *fpv)
                             b2, sizeof b2));
     }
 }
+
+/* The states as JSON names them. */
+static const char *const state_keys[] = {
+  [LEARN_NONE] = "none", [LEARN_LADDER] = "ladder",
+  [LEARN_KNOWN] = "known", [LEARN_RECHECK] = "recheck",
+};
 
 /* One export as a JSON object; *opaque counts those written. */
 struct json_out {
@@ -347,12 +354,14 @@ json_one (struct tune *t, void *opaque)
 
   fprintf (fp, "%s\n    {\"name\": ", o->n++ ? "," : "");
   stats_json_string (fp, t->name);
-  fprintf (fp, ", \"state\": \"%s\", \"why\": ", state_name (t));
+  fprintf (fp, ", \"state\": \"%s\", \"why\": ",
+           state_keys[t->learn.state]);
   stats_json_string (fp, learn_known (&t->learn) ? t->learn.why : "");
   fprintf (fp, ",\n     \"preferred\": %" PRIu32 ", \"grain\": %" PRIu32
            ", \"unit\": %" PRIu32 ", \"trying\": %" PRIu32
-           ",\n     \"calls\": [", t->learn.sizes.preferred, t->learn.sizes.grain,
-           t->learn.sizes.unit, learn_known (&t->learn) ? 0 : t->learn.ladder.rung);
+           ",\n     \"calls\": [", t->learn.sizes.preferred,
+           t->learn.sizes.grain, t->learn.sizes.unit,
+           learn_known (&t->learn) ? 0 : t->learn.ladder.rung);
   for (d = 0; d < TUNE_DIRS; d++)
     for (c = 0; c < SIZE_CLASSES; c++) {
       const struct samples *s = &t->learn.table[d][c];
