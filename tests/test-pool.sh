@@ -7,7 +7,7 @@ requires /usr/bin/python3 -c 'import nbd'
 truncate -s 4M "$tmp/disk"
 # 64K pool, 64K minimum blocks: one bounce buffer at a time for 4
 # connections x 16 unaligned requests in flight.  timeout catches a hang.
-seed=${RESHAPE_SEEDS:-$RANDOM}; echo "seed: $seed"
+seed=${RESHAPE_SEEDS:-$RANDOM}; seed=${seed%% *}; echo "seed: $seed"
 timed 300 nbdkit -U - --filter="$FILTER" --filter=blocksize-policy \
   file "$tmp/disk" reshape-pool=64K reshape-stats="$tmp/stats.json" \
   blocksize-minimum=64K blocksize-preferred=64K blocksize-error-policy=error \

@@ -3,7 +3,7 @@
 source "$srcdir/functions.sh"
 requires /usr/bin/python3 -c 'import nbd'
 
-seed=${RESHAPE_SEEDS:-$RANDOM}
+seed=${RESHAPE_SEEDS:-$RANDOM}; seed=${seed%% *}
 echo "seed: $seed"
 for mode in connections all-requests requests; do
   truncate -s 0 "$tmp/disk"; truncate -s 1M "$tmp/disk"
