@@ -121,6 +121,18 @@ stats_start (void)
   started_ns = now_ns ();
 }
 
+/* *p = the least (or most) of *p and v; 0 in *p: none yet. */
+static void
+atomic_min (uint64_t *p, uint64_t v)
+{
+  uint64_t old = __atomic_load_n (p, __ATOMIC_RELAXED);
+
+  while ((old == 0 || v < old) &&
+         !__atomic_compare_exchange_n (p, &old, v, false,
+                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    ;
+}
+
 static void
 atomic_max (uint64_t *p, uint64_t v)
 {
@@ -132,21 +144,14 @@ atomic_max (uint64_t *p, uint64_t v)
     ;
 }
 
-/* Every client request passes here: the first time is set once, the
- * last stored plainly (a thread preempted between its clock and its
- * store may leave an earlier time; active_s never goes below 0).
- */
 void
 stats_client (enum stats_op op, uint64_t bytes)
 {
   const uint64_t t = now_ns ();
-  uint64_t none = 0;
 
   account (&client[op], bytes);
-  if (__atomic_load_n (&first_ns, __ATOMIC_RELAXED) == 0)
-    __atomic_compare_exchange_n (&first_ns, &none, t, false,
-                                 __ATOMIC_RELAXED, __ATOMIC_RELAXED);
-  __atomic_store_n (&last_ns, t, __ATOMIC_RELAXED);
+  atomic_min (&first_ns, t);
+  atomic_max (&last_ns, t);
 }
 
 void
@@ -239,7 +244,7 @@ stats_json_string (FILE *fp, const char *str)
 static double
 active_s (void)
 {
-  return first_ns && last_ns > first_ns ? (last_ns - first_ns) / 1e9 : 0;
+  return first_ns ? (last_ns - first_ns) / 1e9 : 0;
 }
 
 static double
