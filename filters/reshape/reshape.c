@@ -58,6 +58,7 @@ struct handle {
   bool multi_conn;              /* the plugin allows multi-conn */
   bool staging;                 /* it stages writes (write-back) */
   struct cache *cache;          /* readahead's: see conn_cache */
+  int next_cache;               /* the layer below's can_cache */
   struct split_conn split;
   struct readahead ra;
   struct wb_conn wb;
@@ -429,15 +430,21 @@ reshape_trim (nbdkit_next *next, void *handle, uint32_t count,
 
 /* With a read cache, cache requests fill it (so that nbdkit's scan
  * filter above helps whatever the plugin): the filter caches natively.
+ * The layer below is asked first in any case: nbdkit's core passes a
+ * cache request down only to a layer whose answer it has, and a filter
+ * below (readahead) may act on being asked.
  */
 static int
 reshape_can_cache (nbdkit_next *next, void *handle)
 {
   struct handle *h = handle;
 
+  h->next_cache = next->can_cache (next);
+  if (h->next_cache == -1)
+    return -1;
   if (h->cache)
     return NBDKIT_CACHE_NATIVE;
-  return next->can_cache (next);
+  return h->next_cache;
 }
 
 static int
@@ -450,9 +457,14 @@ reshape_cache (nbdkit_next *next, void *handle, uint32_t count,
 
   stats_client (OP_CACHE, count);
   call_init (&c, next, h);
-  /* A plugin learnt to have no latency gains nothing from a copy. */
-  if (h->cache == NULL || (c.io.tune && tune_fast (c.io.tune)))
+  /* A plugin learnt to have no latency gains nothing from a copy; a
+   * layer below that does not cache gets no request (a hint, done).
+   */
+  if (h->cache == NULL || (c.io.tune && tune_fast (c.io.tune))) {
+    if (h->next_cache == NBDKIT_CACHE_NONE)
+      return 0;
     return split_cache (&c.io, count, offset, flags, err);
+  }
   down_init (&d, &c);
   return readahead_cache (h->cache, &c.io, &d, count, offset);
 }
