@@ -266,16 +266,6 @@ params_complete (void)
   if (check_cap (maxdata_id, reshape_cfg.maxdata) == -1 ||
       check_cap (maxlen_id, reshape_cfg.maxlen) == -1)
     return -1;
-  /* Fail now, not at exit, if the report cannot be written. */
-  if (reshape_cfg.stats_file) {
-    FILE *fp = fopen (reshape_cfg.stats_file, "w");
-    if (fp == NULL) {
-      nbdkit_error ("reshape-stats: cannot write '%s': %m",
-                    reshape_cfg.stats_file);
-      return -1;
-    }
-    fclose (fp);
-  }
   return 0;
 }
 
