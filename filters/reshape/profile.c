@@ -22,7 +22,8 @@
  * read again, this process's entries replace those with the same key
  * and the others are kept (another nbdkit's), and the result is
  * written whole to a temporary file renamed over the old one, so that
- * a reader never sees half of it.  Saved at exit, and when a
+ * a reader never sees half of it (a symlink's target is replaced, the
+ * link kept).  Saved at exit, and when a
  * connection closes if something new was learnt and the last save is
  * SAVE_EVERY_NS old.  A file that is not a profile of this filter is
  * never written (a warning, and the filter learns without it); a
@@ -47,6 +48,7 @@
 #include <nbdkit-filter.h>
 
 #include "common.h"
+#include "files.h"
 #include "profile.h"
 #include "tunables.h"
 #include "tune.h"
@@ -232,23 +234,25 @@ read_entries (FILE *fp, const char *file, struct entries *es)
   return true;
 }
 
-/* Can file be a profile?  -1 with the error reported if not. */
+/* Can file be a profile?  -1 with the error reported if not.  A
+ * symlink is followed: its target is what is saved (see write_file).
+ */
 static int
 check_file (const char *file)
 {
-  CLEANUP_FREE char *copy = strdup (file);
+  CLEANUP_FREE char *target = resolve_links (file);
   struct stat st;
 
-  if (copy == NULL) {
-    nbdkit_error ("reshape-profile: %m");
+  if (target == NULL) {
+    nbdkit_error ("reshape-profile: %s: %m", file);
     return -1;
   }
-  if (stat (file, &st) == 0) {
+  if (stat (target, &st) == 0) {
     if (!S_ISREG (st.st_mode)) {
       nbdkit_error ("reshape-profile: %s is not a regular file", file);
       return -1;
     }
-    if (access (file, R_OK | W_OK) == -1) {
+    if (access (target, R_OK | W_OK) == -1) {
       nbdkit_error ("reshape-profile: cannot read and write %s: %m", file);
       return -1;
     }
@@ -258,9 +262,9 @@ check_file (const char *file)
     return -1;
   }
   /* Saved by a rename in its directory. */
-  if (access (dirname (copy), W_OK | X_OK) == -1) {
+  if (dir_writable (target) == -1) {
     nbdkit_error ("reshape-profile: cannot write in the directory of "
-                  "%s: %m", file);
+                  "%s: %m", target);
     return -1;
   }
   return 0;
@@ -319,37 +323,34 @@ merge_one (struct tune *t, void *opaque)
   put_entry (opaque, &e);
 }
 
-/* Write es to the file, atomically.  Directory lock held. */
+/* Write es to target (the profile, its symlinks followed, so that a
+ * link is kept), atomically.  Directory lock held.
+ */
 static bool
-write_file (const struct entries *es)
+write_file (const struct entries *es, const char *target)
 {
-  CLEANUP_FREE char *tmp = NULL;
-  FILE *fp;
+  char *tmp;
+  FILE *fp = replace_open (target, &tmp);
   size_t i;
-  bool ok;
 
-  if (asprintf (&tmp, "%s.tmp.%ld", profile.file, (long) getpid ()) == -1)
-    tmp = NULL;                         /* undefined after a failure */
-  if (tmp == NULL || (fp = fopen (tmp, "w")) == NULL)
+  if (fp == NULL)
     return false;
   fprintf (fp, "%s%d\n", MAGIC, FORMAT);
   for (i = 0; i < es->n; i++)
     write_entry (fp, &es->v[i]);
-  ok = fflush (fp) == 0 && fsync (fileno (fp)) == 0;
-  if (fclose (fp) != 0 || !ok || rename (tmp, profile.file) == -1) {
-    unlink (tmp);
-    return false;
-  }
-  return true;
+  return replace_commit (fp, tmp, target) == 0;
 }
 
-/* Merge and write, under a lock on the directory: other nbdkits may
- * save to the same file.  Profile lock held.
+/* Merge and write, under a lock on the target's directory: other
+ * nbdkits may save to the same file, by the same name or another
+ * link.  The link is followed at each save, as a reader would.
+ * Profile lock held.
  */
 static void
 merge_and_write (void)
 {
-  CLEANUP_FREE char *copy = strdup (profile.file);
+  CLEANUP_FREE char *target = resolve_links (profile.file);
+  CLEANUP_FREE char *copy = target ? strdup (target) : NULL;
   struct entries es = { NULL, 0 };
   int dirfd = copy ? open (dirname (copy), O_RDONLY | O_DIRECTORY) : -1;
   FILE *fp;
@@ -357,7 +358,7 @@ merge_and_write (void)
 
   if (dirfd == -1 || flock (dirfd, LOCK_EX) == -1)
     goto out;
-  fp = fopen (profile.file, "r");
+  fp = fopen (target, "r");
   if (fp) {
     profile.foreign = !read_entries (fp, profile.file, &es);
     fclose (fp);
@@ -369,7 +370,7 @@ merge_and_write (void)
     goto out;
   }
   tune_each (merge_one, &es);
-  ok = write_file (&es);
+  ok = write_file (&es, target);
  out:
   if (!ok)
     nbdkit_error ("reshape-profile: warning: cannot save %s: %m",
