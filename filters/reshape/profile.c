@@ -52,6 +52,7 @@
 #include "profile.h"
 #include "tunables.h"
 #include "tune.h"
+#include "warn.h"
 
 /* The first line: MAGIC and the format's version. */
 static const char MAGIC[] = "nbdkit-reshape-filter profile ";
@@ -197,16 +198,36 @@ put_entry (struct entries *es, const struct entry *e)
   return 0;
 }
 
+/* Corrupt lines are told of once: a save reads the file again, and
+ * would repeat what the load said.  (The save leaves them out, so
+ * more can come only from another process.)
+ */
+static void
+tell_corrupt (const char *file, unsigned first, unsigned n)
+{
+  static bool told;
+
+  if (n == 0 || told)
+    return;
+  told = true;
+  if (n == 1)
+    reshape_warning ("reshape-profile: %s line %u is corrupt: skipped",
+                     file, first);
+  else
+    reshape_warning ("reshape-profile: %s line %u and %u more are "
+                     "corrupt: skipped", file, first, n - 1);
+}
+
 /* Read fp's entries into es.  false if fp is not a profile of this
  * filter (or of a newer one), or could not be read whole (then it is
- * never written).  Corrupt lines are skipped with a warning.
+ * never written).  Corrupt lines are skipped (tell_corrupt).
  */
 static bool
 read_entries (FILE *fp, const char *file, struct entries *es)
 {
   CLEANUP_FREE char *line = NULL;
   size_t cap = 0;
-  unsigned lineno = 1;
+  unsigned lineno = 1, first = 0, corrupt = 0;
   int version;
   struct entry e;
 
@@ -222,15 +243,17 @@ read_entries (FILE *fp, const char *file, struct entries *es)
   while (getline (&line, &cap, fp) != -1) {
     lineno++;
     memset (&e, 0, sizeof e);
-    if (!parse_entry (line, &e))
-      nbdkit_error ("reshape-profile: warning: %s line %u is corrupt: "
-                    "skipped", file, lineno);
+    if (!parse_entry (line, &e)) {
+      if (corrupt++ == 0)
+        first = lineno;
+    }
     else if (put_entry (es, &e) == -1) {
       /* Saving what was read would drop the rest: never overwrite. */
-      nbdkit_error ("reshape-profile: warning: %s: %m: not saved", file);
+      reshape_warning ("reshape-profile: %s: %m: not saved", file);
       return false;
     }
   }
+  tell_corrupt (file, first, corrupt);
   return true;
 }
 
@@ -286,9 +309,9 @@ profile_load (const char *file)
   if (fp == NULL)
     return 0;                           /* made at the first save */
   if (!read_entries (fp, file, &profile.loaded)) {
-    nbdkit_error ("reshape-profile: warning: %s is not a profile of "
-                  "this filter: it is left as it is, and nothing "
-                  "learnt is kept", file);
+    reshape_warning ("reshape-profile: %s is not a profile of this "
+                     "filter: it is left as it is, and nothing learnt "
+                     "is kept", file);
     profile.foreign = true;
   }
   fclose (fp);
@@ -364,8 +387,8 @@ merge_and_write (void)
     fclose (fp);
   }
   if (profile.foreign) {                /* replaced by something else */
-    nbdkit_error ("reshape-profile: warning: %s is no longer a profile "
-                  "of this filter: not saved", profile.file);
+    reshape_warning ("reshape-profile: %s is no longer a profile of "
+                     "this filter: not saved", profile.file);
     ok = true;
     goto out;
   }
@@ -373,8 +396,7 @@ merge_and_write (void)
   ok = write_file (&es, target);
  out:
   if (!ok)
-    nbdkit_error ("reshape-profile: warning: cannot save %s: %m",
-                  profile.file);
+    reshape_warning ("reshape-profile: cannot save %s: %m", profile.file);
   if (dirfd >= 0)
     close (dirfd);                      /* and the lock with it */
   free (es.v);
