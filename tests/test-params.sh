@@ -135,12 +135,10 @@ conn_refused ()
   echo "refused as expected: $*: $(grep '^nbdkit' "$tmp/out")"
 }
 policy="--filter=blocksize-policy memory 1M blocksize-minimum=4096"
-conn_refused "reshape-max=1K is below the plugin's minimum block size (4096)" \
-  $policy reshape-max=1K
-conn_refused "reshape-maxdata=2048 is below the plugin's minimum block size (4096)" \
-  $policy reshape-maxdata=2048
-conn_refused "reshape-maxlen=1K is below the plugin's minimum block size" \
-  $policy reshape-maxlen=1K
+below="is below the plugin's minimum block size (4096)"
+conn_refused "reshape-max=1K $below" $policy reshape-max=1K
+conn_refused "reshape-maxdata=2048 $below" $policy reshape-maxdata=2048
+conn_refused "reshape-maxlen=1K $below" $policy reshape-maxlen=1K
 # ... and a plugin maximum below reshape-min names both.
 conn_refused "the plugin's maximum block size (32768) is below reshape-min=64K" \
   --filter=blocksize-policy memory 1M blocksize-maximum=32K reshape-min=64K
