@@ -9,7 +9,7 @@
 #
 #   0  common tunables: arithmetic, scoped locks, the   } pure: no
 #      clock; the numbers                                } nbdkit
-#   1  walk rangelock ranges stage learn                 }
+#   1  walk rangelock ranges stage learn files warn      }
 #   2  stats params
 #   3  pool workers sockbuf tune
 #   4  cut profile
@@ -23,7 +23,7 @@ requires nm --version
 
 layers="
 0 common tunables
-1 walk rangelock ranges stage learn
+1 walk rangelock ranges stage learn files warn
 2 stats params
 3 pool workers sockbuf tune
 4 cut profile

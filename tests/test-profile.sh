@@ -6,6 +6,7 @@
 #     connection with no plugin read;
 #   - not applied to another plugin of the same size;
 #   - two servers sharing a file keep each other's entries;
+#   - a symlink is kept and its target written;
 #   - a directory or an unwritable path is refused at start-up;
 #   - a corrupt line is skipped with a warning; a file that is not a
 #     profile is never written.
@@ -67,6 +68,21 @@ test "$(cut -d' ' -f2 "$prof" | sort -u | grep -c .)" = 3 ||
   fail "two servers sharing a profile: one's entry lost"
 echo "ok: two servers sharing the file kept both entries"
 
+# Through a symlink (relative, to a file not made yet): the link is
+# kept and its target written; then, the target there, read through it.
+mkdir "$tmp/d"
+ln -s d/real.profile "$tmp/plink"
+nbdkit -U - --filter="$FILTER" "$MODEL" $clusters \
+  reshape-profile="$tmp/plink" --run "$stream \"\$uri\" 262144 16 >/dev/null"
+test -L "$tmp/plink" || fail "the profile's symlink was replaced by a file"
+grep -q '^entry ' "$tmp/d/real.profile" ||
+  fail "the symlink's target was not written: $(ls -l "$tmp" "$tmp/d")"
+cp "$tmp/d/real.profile" "$tmp/before"
+p=$(told "$MODEL" $clusters reshape-profile="$tmp/plink")
+test "$p" != "$first" || fail "the profile was not read through its symlink"
+test -L "$tmp/plink" || fail "the profile's symlink was replaced at last"
+echo "ok: a symlinked profile is kept, its target written (told $p)"
+
 # Refused at start-up: a directory, a path that cannot be written.
 for bad in "$tmp" "$tmp/no/such/dir/profile"; do
   if nbdkit -U - --filter="$FILTER" memory 1M reshape-profile="$bad" \
@@ -77,12 +93,19 @@ for bad in "$tmp" "$tmp/no/such/dir/profile"; do
   echo "refused: $(head -1 "$tmp/err")"
 done
 
-# A corrupt line: skipped with a warning, the others used.
+# A corrupt line: skipped with one warning, which does not read as an
+# error (not again at the save at exit, which reads the file again),
+# and left out of that save.
 sed -i '2s/grain [0-9]*/grain banana/' "$prof"
 nbdkit -U - --filter="$FILTER" "$MODEL" $clusters reshape-profile="$prof" \
-  --run true 2> "$tmp/err"
-grep -q 'reshape-profile: warning: .* line 2 is corrupt' "$tmp/err" ||
+  --run "$stream \"\$uri\" 262144 16 >/dev/null" 2> "$tmp/err"
+cat "$tmp/err"
+grep -q '^nbdkit: warning: reshape-profile: .* line 2 is corrupt' "$tmp/err" ||
   fail "corrupt profile: $(cat "$tmp/err")"
+test "$(grep -c corrupt "$tmp/err")" = 1 ||
+  fail "corrupt profile: told more than once: $(cat "$tmp/err")"
+! grep -q 'error' "$tmp/err" || fail "a warning reads as an error"
+! grep -q banana "$prof" || fail "the corrupt line was saved again"
 echo "corrupt line: $(head -1 "$tmp/err")"
 
 # Not a profile at all (a mistyped name): warned of, never written.

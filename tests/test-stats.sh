@@ -115,4 +115,31 @@ nbdkit -v -U - --filter="$FILTER" memory 1M \
   --run 'nbdinfo "$uri" >/dev/null' 2> "$tmp/verbose"
 grep -q 'reshape: nbdkit-reshape-filter statistics' "$tmp/verbose" ||
   fail "-v did not print the report"
+# A server that fails to start never touches the report's file: not a
+# file holding data (a bad reshape-profile fails after reshape-stats is
+# taken), nor one reached through a symlink.  A symlink is refused at
+# start-up, its target left alone; a regular file is replaced at exit.
+echo "precious data" > "$tmp/precious"
+cp "$tmp/precious" "$tmp/old"
+ln -s "$tmp/precious" "$tmp/link"
+for f in "$tmp/old" "$tmp/link"; do
+  if nbdkit -U - --filter="$FILTER" memory 1M reshape-stats="$f" \
+       reshape-profile="$tmp" --run true 2> "$tmp/err"; then
+    fail "started with reshape-profile=$tmp"
+  fi
+  test "$(cat "$f")" = "precious data" ||
+    fail "reshape-stats=$f: changed by a server that failed to start"
+done
+if nbdkit -U - --filter="$FILTER" memory 1M reshape-stats="$tmp/link" \
+     --run true 2> "$tmp/err"; then
+  fail "reshape-stats: a symlink was accepted"
+fi
+grep -q "reshape-stats: $tmp/link is a symbolic link" "$tmp/err" ||
+  fail "symlink refused without a clear error: $(cat "$tmp/err")"
+test -L "$tmp/link" && test "$(cat "$tmp/precious")" = "precious data" ||
+  fail "reshape-stats: the symlink or its target changed"
+echo "refused: $(cat "$tmp/err")"
+nbdkit -U - --filter="$FILTER" memory 1M reshape-stats="$tmp/old" --run true
+grep -q '^nbdkit-reshape-filter statistics' "$tmp/old" ||
+  fail "reshape-stats: a regular file was not replaced at exit"
 echo "ok"

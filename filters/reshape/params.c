@@ -17,6 +17,8 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,16 +268,6 @@ params_complete (void)
   if (check_cap (maxdata_id, reshape_cfg.maxdata) == -1 ||
       check_cap (maxlen_id, reshape_cfg.maxlen) == -1)
     return -1;
-  /* Fail now, not at exit, if the report cannot be written. */
-  if (reshape_cfg.stats_file) {
-    FILE *fp = fopen (reshape_cfg.stats_file, "w");
-    if (fp == NULL) {
-      nbdkit_error ("reshape-stats: cannot write '%s': %m",
-                    reshape_cfg.stats_file);
-      return -1;
-    }
-    fclose (fp);
-  }
   return 0;
 }
 
@@ -307,6 +299,34 @@ preferred_pow2 (uint64_t v)
                   NBD_PREFERRED_MAX);
 }
 
+enum { MSG_MAX = 384 };                 /* a refusal's message */
+
+/* A connection refused for what the plugin advertises: the error once
+ * per distinct message (a client asks twice, NBD_OPT_INFO then _GO,
+ * and each connection after the first would repeat it word for word),
+ * later refusals as debug lines.  EINVAL: the parameter is wrong for
+ * this plugin.  (nbdkit 1.32 answers the client NBD_REP_ERR_UNKNOWN
+ * whatever the cause.)
+ */
+static void
+refuse (const char *msg)
+{
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  static char last[MSG_MAX];
+  bool again;
+
+  pthread_mutex_lock (&lock);
+  again = strcmp (last, msg) == 0;
+  if (!again)
+    snprintf (last, sizeof last, "%s", msg);
+  pthread_mutex_unlock (&lock);
+  if (again)
+    nbdkit_debug ("reshape: refused again: %s", msg);
+  else
+    nbdkit_error ("%s", msg);
+  errno = EINVAL;
+}
+
 /* The smaller of the plugin's maximum and the parameter's (0: none),
  * in whole minimum blocks.  If that leaves no block, the error names
  * what set each side: a parameter as the user wrote it, or the
@@ -317,7 +337,7 @@ cap (uint32_t pmax, uint32_t given, enum param_id id, uint32_t pmin,
      uint32_t min, uint32_t *out)
 {
   uint64_t c = pmax ? pmax : UINT32_MAX;
-  char capby[128], minby[128];
+  char capby[128], minby[128], msg[MSG_MAX];
 
   if (given)
     c = min_u64 (c, given);
@@ -334,8 +354,9 @@ cap (uint32_t pmax, uint32_t given, enum param_id id, uint32_t pmin,
   else
     snprintf (minby, sizeof minby, "the plugin's minimum block size "
               "(%" PRIu32 ")", min);
-  nbdkit_error ("%s is below %s; accepted: a cap of at least the "
-                "minimum block size", capby, minby);
+  snprintf (msg, sizeof msg, "%s is below %s; accepted: a cap of at "
+            "least the minimum block size", capby, minby);
+  refuse (msg);
   return -1;
 }
 

@@ -22,7 +22,8 @@
  * read again, this process's entries replace those with the same key
  * and the others are kept (another nbdkit's), and the result is
  * written whole to a temporary file renamed over the old one, so that
- * a reader never sees half of it.  Saved at exit, and when a
+ * a reader never sees half of it (a symlink's target is replaced, the
+ * link kept).  Saved at exit, and when a
  * connection closes if something new was learnt and the last save is
  * SAVE_EVERY_NS old.  A file that is not a profile of this filter is
  * never written (a warning, and the filter learns without it); a
@@ -47,9 +48,11 @@
 #include <nbdkit-filter.h>
 
 #include "common.h"
+#include "files.h"
 #include "profile.h"
 #include "tunables.h"
 #include "tune.h"
+#include "warn.h"
 
 /* The first line: MAGIC and the format's version. */
 static const char MAGIC[] = "nbdkit-reshape-filter profile ";
@@ -195,16 +198,36 @@ put_entry (struct entries *es, const struct entry *e)
   return 0;
 }
 
+/* Corrupt lines are told of once: a save reads the file again, and
+ * would repeat what the load said.  (The save leaves them out, so
+ * more can come only from another process.)
+ */
+static void
+tell_corrupt (const char *file, unsigned first, unsigned n)
+{
+  static bool told;
+
+  if (n == 0 || told)
+    return;
+  told = true;
+  if (n == 1)
+    reshape_warning ("reshape-profile: %s line %u is corrupt: skipped",
+                     file, first);
+  else
+    reshape_warning ("reshape-profile: %s line %u and %u more are "
+                     "corrupt: skipped", file, first, n - 1);
+}
+
 /* Read fp's entries into es.  false if fp is not a profile of this
  * filter (or of a newer one), or could not be read whole (then it is
- * never written).  Corrupt lines are skipped with a warning.
+ * never written).  Corrupt lines are skipped (tell_corrupt).
  */
 static bool
 read_entries (FILE *fp, const char *file, struct entries *es)
 {
   CLEANUP_FREE char *line = NULL;
   size_t cap = 0;
-  unsigned lineno = 1;
+  unsigned lineno = 1, first = 0, corrupt = 0;
   int version;
   struct entry e;
 
@@ -220,35 +243,39 @@ read_entries (FILE *fp, const char *file, struct entries *es)
   while (getline (&line, &cap, fp) != -1) {
     lineno++;
     memset (&e, 0, sizeof e);
-    if (!parse_entry (line, &e))
-      nbdkit_error ("reshape-profile: warning: %s line %u is corrupt: "
-                    "skipped", file, lineno);
+    if (!parse_entry (line, &e)) {
+      if (corrupt++ == 0)
+        first = lineno;
+    }
     else if (put_entry (es, &e) == -1) {
       /* Saving what was read would drop the rest: never overwrite. */
-      nbdkit_error ("reshape-profile: warning: %s: %m: not saved", file);
+      reshape_warning ("reshape-profile: %s: %m: not saved", file);
       return false;
     }
   }
+  tell_corrupt (file, first, corrupt);
   return true;
 }
 
-/* Can file be a profile?  -1 with the error reported if not. */
+/* Can file be a profile?  -1 with the error reported if not.  A
+ * symlink is followed: its target is what is saved (see write_file).
+ */
 static int
 check_file (const char *file)
 {
-  CLEANUP_FREE char *copy = strdup (file);
+  CLEANUP_FREE char *target = resolve_links (file);
   struct stat st;
 
-  if (copy == NULL) {
-    nbdkit_error ("reshape-profile: %m");
+  if (target == NULL) {
+    nbdkit_error ("reshape-profile: %s: %m", file);
     return -1;
   }
-  if (stat (file, &st) == 0) {
+  if (stat (target, &st) == 0) {
     if (!S_ISREG (st.st_mode)) {
       nbdkit_error ("reshape-profile: %s is not a regular file", file);
       return -1;
     }
-    if (access (file, R_OK | W_OK) == -1) {
+    if (access (target, R_OK | W_OK) == -1) {
       nbdkit_error ("reshape-profile: cannot read and write %s: %m", file);
       return -1;
     }
@@ -258,9 +285,9 @@ check_file (const char *file)
     return -1;
   }
   /* Saved by a rename in its directory. */
-  if (access (dirname (copy), W_OK | X_OK) == -1) {
+  if (dir_writable (target) == -1) {
     nbdkit_error ("reshape-profile: cannot write in the directory of "
-                  "%s: %m", file);
+                  "%s: %m", target);
     return -1;
   }
   return 0;
@@ -282,9 +309,9 @@ profile_load (const char *file)
   if (fp == NULL)
     return 0;                           /* made at the first save */
   if (!read_entries (fp, file, &profile.loaded)) {
-    nbdkit_error ("reshape-profile: warning: %s is not a profile of "
-                  "this filter: it is left as it is, and nothing "
-                  "learnt is kept", file);
+    reshape_warning ("reshape-profile: %s is not a profile of this "
+                     "filter: it is left as it is, and nothing learnt "
+                     "is kept", file);
     profile.foreign = true;
   }
   fclose (fp);
@@ -319,37 +346,34 @@ merge_one (struct tune *t, void *opaque)
   put_entry (opaque, &e);
 }
 
-/* Write es to the file, atomically.  Directory lock held. */
+/* Write es to target (the profile, its symlinks followed, so that a
+ * link is kept), atomically.  Directory lock held.
+ */
 static bool
-write_file (const struct entries *es)
+write_file (const struct entries *es, const char *target)
 {
-  CLEANUP_FREE char *tmp = NULL;
-  FILE *fp;
+  char *tmp;
+  FILE *fp = replace_open (target, &tmp);
   size_t i;
-  bool ok;
 
-  if (asprintf (&tmp, "%s.tmp.%ld", profile.file, (long) getpid ()) == -1)
-    tmp = NULL;                         /* undefined after a failure */
-  if (tmp == NULL || (fp = fopen (tmp, "w")) == NULL)
+  if (fp == NULL)
     return false;
   fprintf (fp, "%s%d\n", MAGIC, FORMAT);
   for (i = 0; i < es->n; i++)
     write_entry (fp, &es->v[i]);
-  ok = fflush (fp) == 0 && fsync (fileno (fp)) == 0;
-  if (fclose (fp) != 0 || !ok || rename (tmp, profile.file) == -1) {
-    unlink (tmp);
-    return false;
-  }
-  return true;
+  return replace_commit (fp, tmp, target) == 0;
 }
 
-/* Merge and write, under a lock on the directory: other nbdkits may
- * save to the same file.  Profile lock held.
+/* Merge and write, under a lock on the target's directory: other
+ * nbdkits may save to the same file, by the same name or another
+ * link.  The link is followed at each save, as a reader would.
+ * Profile lock held.
  */
 static void
 merge_and_write (void)
 {
-  CLEANUP_FREE char *copy = strdup (profile.file);
+  CLEANUP_FREE char *target = resolve_links (profile.file);
+  CLEANUP_FREE char *copy = target ? strdup (target) : NULL;
   struct entries es = { NULL, 0 };
   int dirfd = copy ? open (dirname (copy), O_RDONLY | O_DIRECTORY) : -1;
   FILE *fp;
@@ -357,23 +381,22 @@ merge_and_write (void)
 
   if (dirfd == -1 || flock (dirfd, LOCK_EX) == -1)
     goto out;
-  fp = fopen (profile.file, "r");
+  fp = fopen (target, "r");
   if (fp) {
     profile.foreign = !read_entries (fp, profile.file, &es);
     fclose (fp);
   }
   if (profile.foreign) {                /* replaced by something else */
-    nbdkit_error ("reshape-profile: warning: %s is no longer a profile "
-                  "of this filter: not saved", profile.file);
+    reshape_warning ("reshape-profile: %s is no longer a profile of "
+                     "this filter: not saved", profile.file);
     ok = true;
     goto out;
   }
   tune_each (merge_one, &es);
-  ok = write_file (&es);
+  ok = write_file (&es, target);
  out:
   if (!ok)
-    nbdkit_error ("reshape-profile: warning: cannot save %s: %m",
-                  profile.file);
+    reshape_warning ("reshape-profile: cannot save %s: %m", profile.file);
   if (dirfd >= 0)
     close (dirfd);                      /* and the lock with it */
   free (es.v);

@@ -127,7 +127,9 @@ reshape_config_complete (nbdkit_next_config_complete *next,
     nbdkit_error ("the reshape filter can appear only once in a stack");
     return -1;
   }
-  if (params_complete () == -1)
+  /* Fail now, not at exit, if the report cannot be written. */
+  if (params_complete () == -1 ||
+      (reshape_cfg.stats_file && stats_check (reshape_cfg.stats_file) == -1))
     return -1;
   if (reshape_cfg.profile_file &&
       profile_load (reshape_cfg.profile_file) == -1)

@@ -55,6 +55,7 @@
 #include "sockbuf.h"
 #include "stats.h"
 #include "tunables.h"
+#include "warn.h"
 
 NBDKIT_DLL_PUBLIC int reshape_debug_sockbuf;
 
@@ -258,9 +259,9 @@ raise_one (int fd, void *opaque)
                     "at %d bytes", cur);
     else if (cur < target &&
              __atomic_exchange_n (&warned, 1, __ATOMIC_RELAXED) == 0)
-      nbdkit_error ("reshape-sndbuf: warning: the kernel capped the send "
-                    "buffer at %d bytes (asked %" PRIu32 "); raise "
-                    "net.core.wmem_max to allow more", cur, s->want);
+      reshape_warning ("reshape-sndbuf: the kernel capped the send "
+                       "buffer at %d bytes (asked %" PRIu32 "); raise "
+                       "net.core.wmem_max to allow more", cur, s->want);
   }
   stats_max (C_SOCK_OBTAINED, cur);
   if (reshape_debug_sockbuf)

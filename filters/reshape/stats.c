@@ -10,15 +10,18 @@
 
 #include <config.h>
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 
 #include <nbdkit-filter.h>
 
+#include "files.h"
 #include "stats.h"
 
 enum {
@@ -457,10 +460,12 @@ is_json (const char *file)
   return n >= 5 && strcmp (file + n - 5, ".json") == 0;
 }
 
+/* Replaced whole (files.c): a reader never sees half a report. */
 static void
 save (const char *file, const char *text)
 {
-  FILE *out = fopen (file, "w");
+  char *tmp;
+  FILE *out = replace_open (file, &tmp);
   bool ok;
 
   if (out == NULL) {
@@ -468,8 +473,42 @@ save (const char *file, const char *text)
     return;
   }
   ok = fputs (text, out) != EOF;
-  if (fclose (out) == EOF || !ok)
+  if (replace_commit (out, tmp, file) == -1 || !ok)
     nbdkit_error ("reshape-stats: %s: %m", file);
+}
+
+/* Nothing is opened before the exit's report, so a server that fails
+ * to start leaves the file as it was.  A symlink is refused: the report
+ * replaces the name it is given, and would replace the link, not what
+ * it points to, which the user more likely meant.
+ */
+int
+stats_check (const char *file)
+{
+  struct stat st;
+
+  if (lstat (file, &st) == 0) {
+    if (S_ISLNK (st.st_mode)) {
+      nbdkit_error ("reshape-stats: %s is a symbolic link; accepted: a "
+                    "regular file or a new name", file);
+      return -1;
+    }
+    if (!S_ISREG (st.st_mode)) {
+      nbdkit_error ("reshape-stats: %s is not a regular file; accepted: "
+                    "a regular file or a new name", file);
+      return -1;
+    }
+  }
+  else if (errno != ENOENT) {
+    nbdkit_error ("reshape-stats: %s: %m", file);
+    return -1;
+  }
+  if (dir_writable (file) == -1) {
+    nbdkit_error ("reshape-stats: cannot write '%s' (its directory: %m)",
+                  file);
+    return -1;
+  }
+  return 0;
 }
 
 void

@@ -68,6 +68,12 @@ struct stats_learning {
   void (*json) (FILE *fp);
 };
 
+/* At start-up: -1 with the error reported if the report could not
+ * be written to file at exit (a symlink, not a regular file, an
+ * unwritable directory).  Nothing is written.
+ */
+extern int stats_check (const char *file);
+
 /* Write the report to file if given (JSON if its name ends in .json),
  * and as debug lines (-v).  fixed_size is reshape-size when given, and
  * then learning is NULL.
