@@ -8,6 +8,10 @@
 #   - 40 clients at once, each with an export name of its own, each
 #     reading 4K (the memory plugin, 2 ms per read): the same reads,
 #     and the server's peak memory within 70M of it without the filter.
+#   - nbdkit's test-error10: 1000 reads of 512 bytes at 0, over the
+#     error filter at 10%: the same place read again is no stream, so
+#     every read reaches the plugin (none is served from a block read
+#     for the learning), and about a tenth fail.
 source "$srcdir/functions.sh"
 requires nbdinfo --version
 requires nbdsh --version
@@ -84,3 +88,21 @@ if [ -z "${RESHAPE_CHECK:-}" ]; then       # checkers have their own memory
   test $((with_kb - without_kb)) -le $((70 * 1024)) ||
     fail "40 names: peak ${with_kb}K, ${without_kb}K without the filter"
 fi
+
+# 1000 reads of the same 512 bytes, as nbdkit's test-error10 makes.
+nbdkit -U - --filter="$FILTER" --filter=error pattern 1G error-rate=10% \
+  reshape-stats="$tmp/error10.json" --run 'nbdsh -u "$uri" -c "
+errors = 0
+for i in range(1000):
+    try:
+        h.pread(512, 0)
+    except nbd.Error:
+        errors += 1
+print(errors)
+"' > "$tmp/errors" 2> "$tmp/err" || { cat "$tmp/err"; fail "error10 failed"; }
+plugin=$(stat_of "$tmp/error10.json" ops.pread.plugin.requests)
+echo "1000 reads of 512 bytes at 0: $plugin plugin reads," \
+     "$(cat "$tmp/errors") errors"
+test "$plugin" = 1000 || fail "the same read again: $plugin plugin reads"
+test "$(cat "$tmp/errors")" -ge 50 && test "$(cat "$tmp/errors")" -le 150 ||
+  fail "error10: $(cat "$tmp/errors") errors of 1000, not about 100"

@@ -8,9 +8,10 @@
  * (pool_keep); when requests are short of memory, the pool asks the
  * caches to give some back (cache_reclaim).
  *
- * The budget: each cache charges its export's struct budget for the
- * bytes a fill reads that its client did not ask for, refunds them as
- * clients read them, and counts as wasted what is dropped unread.
+ * The budget: every cache charges the process's one budget for the
+ * bytes a fill reads beyond the read that made it, refunds them as
+ * clients read them, and counts as wasted what is dropped unread
+ * (also when the cache is freed with its export's last connection).
  *
  * Coherence: every write, zero and trim calls cache_invalidate_all for
  * its range before it is acknowledged, which drops overlapping entries
@@ -52,33 +53,46 @@ struct cache {
   pthread_cond_t filled;            /* a fill ended */
   struct cache_entry *entries;      /* most recently used first */
   struct cache_fill *fills;
-  struct budget *budget;
   struct cache *next;               /* the live list */
 };
 
+/* The readahead budget: the bytes fills read from the plugin that no
+ * client asked for, while no client has read them (pending) and once
+ * they are dropped unread (wasted), held to 1/BUDGET_SHARE of the
+ * bytes clients read plus BUDGET_BASE.  Atomic counters.
+ */
+static struct {
+  uint64_t client, pending, wasted;
+} budget;
+
 void
-budget_client (struct budget *b, uint64_t bytes)
+budget_client (uint64_t bytes)
 {
-  __atomic_add_fetch (&b->client, bytes, __ATOMIC_RELAXED);
+  __atomic_add_fetch (&budget.client, bytes, __ATOMIC_RELAXED);
 }
 
-/* Charge n unasked bytes to b, if they fit. */
+/* Charge n unasked bytes, if they fit.  A compare-and-swap, so that
+ * fills begun at once on many connections cannot all pass one check.
+ */
 static bool
-budget_charge (struct budget *b, uint64_t n)
+budget_charge (uint64_t n)
 {
   const uint64_t allowed =
-    __atomic_load_n (&b->client, __ATOMIC_RELAXED) / BUDGET_SHARE +
+    __atomic_load_n (&budget.client, __ATOMIC_RELAXED) / BUDGET_SHARE +
     BUDGET_BASE;
-  const uint64_t used = __atomic_load_n (&b->pending, __ATOMIC_RELAXED) +
-    __atomic_load_n (&b->wasted, __ATOMIC_RELAXED);
+  uint64_t pending = __atomic_load_n (&budget.pending, __ATOMIC_RELAXED);
 
   if (n == 0)
     return true;
-  if (used + n > allowed) {
-    stats_add (C_RA_REFUSED, 1);
-    return false;
-  }
-  __atomic_add_fetch (&b->pending, n, __ATOMIC_RELAXED);
+  do {
+    if (pending + __atomic_load_n (&budget.wasted, __ATOMIC_RELAXED) + n >
+        allowed) {
+      stats_add (C_RA_REFUSED, 1);
+      return false;
+    }
+  } while (!__atomic_compare_exchange_n (&budget.pending, &pending,
+                                         pending + n, true,
+                                         __ATOMIC_RELAXED, __ATOMIC_RELAXED));
   return true;
 }
 
@@ -86,19 +100,20 @@ budget_charge (struct budget *b, uint64_t n)
  * plugin.
  */
 static void
-budget_refund (struct budget *b, uint64_t n)
+budget_refund (uint64_t n)
 {
-  __atomic_sub_fetch (&b->pending, n, __ATOMIC_RELAXED);
+  __atomic_sub_fetch (&budget.pending, n, __ATOMIC_RELAXED);
 }
 
 /* n charged bytes were read from the plugin, and no client will read
- * them.
+ * them.  Counted wasted before they leave pending: a charge meanwhile
+ * sees them twice, never not at all.
  */
 static void
-budget_waste (struct budget *b, uint64_t n)
+budget_waste (uint64_t n)
 {
-  budget_refund (b, n);
-  __atomic_add_fetch (&b->wasted, n, __ATOMIC_RELAXED);
+  __atomic_add_fetch (&budget.wasted, n, __ATOMIC_RELAXED);
+  budget_refund (n);
   stats_add (C_RA_UNREAD, n);
 }
 
@@ -146,13 +161,12 @@ any_cached (void)
 }
 
 struct cache *
-cache_new (struct budget *budget)
+cache_new (void)
 {
   struct cache *c = calloc (1, sizeof *c);
 
   if (c == NULL)
     return NULL;
-  c->budget = budget;
   pthread_mutex_init (&c->lock, NULL);
   pthread_cond_init (&c->filled, NULL);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&live.lock);
@@ -167,7 +181,7 @@ drop (struct cache *c, struct cache_entry **pp)
   struct cache_entry *e = *pp;
 
   if (e->unread)
-    budget_waste (c->budget, e->unread);
+    budget_waste (e->unread);
   *pp = e->next;
   __atomic_sub_fetch (&live.cached_bytes, e->len, __ATOMIC_SEQ_CST);
   pool_put (POOL_CACHE, e->buf, e->len);
@@ -248,7 +262,7 @@ cache_read (struct cache *c, uint64_t offset, uint32_t count, void *dst)
     uint64_t first_read = min_u64 (mark_read (e, pos, pos + n), e->unread);
     memcpy (out + (pos - offset), e->buf + (pos - e->off), n);
     e->unread -= first_read;
-    budget_refund (c->budget, first_read);
+    budget_refund (first_read);
     pos += n;
   }
   return true;
@@ -296,21 +310,25 @@ cache_wait_fill (struct cache *c, uint64_t lo, uint64_t hi)
   return waited;
 }
 
-/* Link f in as a fill of [lo, hi) asked for up to read_end, if the
- * budget allows.  Lock held.
+/* Link f in as a fill of [lo, hi) for the read [read_lo, read_hi), if
+ * the budget allows.  Everything else is charged, also what lies
+ * before the read: a stream's earlier reads went to the plugin on
+ * their own, so the fill reads those bytes again.  Lock held.
  */
 static bool
 link_fill (struct cache *c, struct cache_fill *f, uint64_t lo, uint64_t hi,
-           uint64_t read_end)
+           uint64_t read_lo, uint64_t read_hi)
 {
-  const uint64_t asked = min_u64 (max_u64 (read_end, lo), hi);
+  const uint64_t ask_lo = min_u64 (max_u64 (read_lo, lo), hi);
+  const uint64_t ask_hi = max_u64 (min_u64 (read_hi, hi), ask_lo);
 
-  f->charged = hi - asked;
-  if (!budget_charge (c->budget, f->charged))
+  f->charged = (hi - lo) - (ask_hi - ask_lo);
+  if (!budget_charge (f->charged))
     return false;
   f->lo = lo;
   f->hi = hi;
-  f->asked = asked;
+  f->ask_lo = ask_lo;
+  f->ask_hi = ask_hi;
   f->stale = false;
   __atomic_add_fetch (&live.fills_active, 1, __ATOMIC_SEQ_CST);
   f->next = c->fills;
@@ -320,11 +338,11 @@ link_fill (struct cache *c, struct cache_fill *f, uint64_t lo, uint64_t hi,
 
 bool
 cache_fill_begin (struct cache *c, struct cache_fill *f,
-                  uint64_t lo, uint64_t hi, uint64_t read_end)
+                  uint64_t lo, uint64_t hi, uint64_t read_lo, uint64_t read_hi)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
 
-  return link_fill (c, f, lo, hi, read_end);
+  return link_fill (c, f, lo, hi, read_lo, read_hi);
 }
 
 int
@@ -336,7 +354,7 @@ cache_fill_begin_unless (struct cache *c, struct cache_fill *f,
 
   if (covering (c, read_lo, read_hi))
     return 0;
-  return link_fill (c, f, lo, hi, read_hi) ? 1 : -1;
+  return link_fill (c, f, lo, hi, read_lo, read_hi) ? 1 : -1;
 }
 
 /* Drop every entry overlapping [lo, hi).  Lock held. */
@@ -381,7 +399,7 @@ entry_new (const struct cache_fill *f, void *buf, uint32_t len)
   e->chunk = 4096;
   while ((uint64_t) e->chunk * CHUNKS < len)
     e->chunk *= 2;
-  e->unread = len - mark_read (e, f->lo, f->asked);
+  e->unread = len - mark_read (e, f->ask_lo, f->ask_hi);
   return e;
 }
 
@@ -402,7 +420,7 @@ keep (struct cache *c, struct cache_fill *f, void *buf, uint32_t len,
   *pp = f->next;
   pthread_cond_broadcast (&c->filled);
   if (!ok) {
-    budget_refund (c->budget, f->charged);
+    budget_refund (f->charged);
     return false;
   }
   e = f->stale ? NULL : entry_new (f, buf, len);
@@ -410,12 +428,12 @@ keep (struct cache *c, struct cache_fill *f, void *buf, uint32_t len,
     forget_range (c, f->lo, f->lo + len);
   if (e == NULL || !make_room (c, len)) {
     free (e);
-    budget_waste (c->budget, f->charged);
+    budget_waste (f->charged);
     return false;
   }
   /* The chunks a client read count whole: the charge was exact. */
   e->unread = min_u64 (e->unread, f->charged);
-  budget_refund (c->budget, f->charged - e->unread);
+  budget_refund (f->charged - e->unread);
   e->next = c->entries;
   c->entries = e;
   __atomic_add_fetch (&live.cached_bytes, len, __ATOMIC_SEQ_CST);

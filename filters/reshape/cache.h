@@ -17,34 +17,29 @@
 
 struct cache;
 
-/* The readahead budget of one export: the bytes the filter read from
- * the plugin that no client asked for, while no client has read them
- * (pending) and once they are dropped unread (wasted), held to
- * BUDGET_SHARE of the bytes its clients read plus BUDGET_BASE.
- * Atomic counters; zero-initialized.
+/* The readahead budget is the process's, not an export's: an export
+ * is forgotten when its last connection closes, and a client that
+ * reconnects, or opens many export names, must not get a fresh one.
+ * A client read bytes (any export's).
  */
-struct budget {
-  uint64_t client, pending, wasted;
-};
-/* Clients of the export read bytes. */
-extern void budget_client (struct budget *b, uint64_t bytes);
+extern void budget_client (uint64_t bytes);
 
 /* A fill in progress: a write to its range meanwhile makes it stale,
  * and a stale fill is not kept (it may hold data from before the
- * write).  [lo, asked) is what the client that made it asked for
- * (asked == lo: nobody; a fetch ahead); the rest is charged to the
- * budget while it is filled.  Lives on the filler's stack.
+ * write).  [ask_lo, ask_hi) is the read that made it (empty: nobody's,
+ * a fetch ahead); the rest is charged to the budget while it is
+ * filled.  Lives on the filler's stack.
  */
 struct cache_fill {
   uint64_t lo, hi;
-  uint64_t asked;
+  uint64_t ask_lo, ask_hi;
   uint64_t charged;
   bool stale;
   struct cache_fill *next;
 };
 
-/* A cache charging budget; NULL with errno on failure. */
-extern struct cache *cache_new (struct budget *budget);
+/* A cache; NULL with errno on failure. */
+extern struct cache *cache_new (void);
 extern void cache_free (struct cache *c);
 
 /* Copy [offset, offset+count) to dst if cached whole; true on a hit. */
@@ -59,13 +54,13 @@ extern bool cache_holds (struct cache *c, uint64_t lo, uint64_t hi);
  */
 extern bool cache_wait_fill (struct cache *c, uint64_t lo, uint64_t hi);
 
-/* Before reading [lo, hi) from the plugin to keep it, for a stream's
- * read that ends at read_end: the stream asked for what lies before
- * (read_end <= lo: nothing, a fetch ahead), and the rest is charged.
- * False (nothing begun) if that exceeds the budget.
+/* Before reading [lo, hi) from the plugin to keep it, for the read
+ * [read_lo, read_hi) (empty: nobody's, a fetch ahead): the rest of the
+ * fill is charged.  False (nothing begun) if that exceeds the budget.
  */
 extern bool cache_fill_begin (struct cache *c, struct cache_fill *f,
-                              uint64_t lo, uint64_t hi, uint64_t read_end);
+                              uint64_t lo, uint64_t hi,
+                              uint64_t read_lo, uint64_t read_hi);
 /* The same for the read [read_lo, read_hi), unless a fill in progress
  * covers it: 1 begun, 0 (nothing begun: wait for that one), -1 over
  * budget.

@@ -51,7 +51,7 @@ export_new (const char *name, bool tls)
     return NULL;
   exp->name = strdup (name);
   exp->tls = tls;
-  exp->cache = cache_new (&exp->budget);
+  exp->cache = cache_new ();
   exp->wb = writeback_new ();
   exp->tune = tune_get (name);
   exp->cut = cut_new ();

@@ -13,8 +13,7 @@
 
 #include <stdbool.h>
 
-#include "cache.h"
-
+struct cache;
 struct cut;
 struct tune;
 struct writeback;
@@ -23,7 +22,6 @@ struct export {
   char *name;
   bool tls;
   unsigned refs;              /* connections using it */
-  struct budget budget;       /* what readahead may read unasked */
   struct cache *cache;        /* readahead data (with multi-conn) */
   struct writeback *wb;       /* staged writes */
   struct tune *tune;          /* what is learnt (outlives the export) */

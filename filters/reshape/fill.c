@@ -111,7 +111,8 @@ fill_range (struct cache *cache, const struct io *io, const struct down *down,
 {
   struct cache_fill f;
 
-  if (!cache_fill_begin (cache, &f, lo, hi, rq->offset + rq->count)) {
+  if (!cache_fill_begin (cache, &f, lo, hi, rq->offset,
+                         rq->offset + rq->count)) {
     *result = FILL_LOST;
     return fill_direct (down, rq, err);
   }
@@ -154,7 +155,7 @@ fill_cache_request (struct cache *cache, const struct io *io,
     const uint64_t hi = min_u64 (lo + chunk, end);
     if (cache_holds (cache, lo, hi))
       continue;
-    if (!cache_fill_begin (cache, &f, lo, hi, lo))
+    if (!cache_fill_begin (cache, &f, lo, hi, lo, lo))
       break;
     stats_add (C_RA_CACHED, f.hi - f.lo);
     fill_read (cache, io, down, &f, &nobody, NULL, &result, &ignored);

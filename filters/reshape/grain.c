@@ -143,7 +143,8 @@ claim_after (struct grains *g, struct cache *cache, const struct io *io,
     return false;
   g->lo = lo;
   g->hi = min_u64 (lo + len, io->geo->exportsize);
-  if (!cache_fill_begin (cache, f, g->lo, g->hi, rq->offset + rq->count)) {
+  if (!cache_fill_begin (cache, f, g->lo, g->hi, rq->offset,
+                         rq->offset + rq->count)) {
     g->lo = g->hi = 0;
     return false;
   }
@@ -171,7 +172,8 @@ grain_plan (struct grains *g, struct cache *cache, const struct io *io,
     return claim_after (g, cache, io, grain, hi, rq, f) ?
       GRAIN_RUN : GRAIN_NONE;
   if (lo >= g->hi) {                    /* a new run starts here */
-    if (!cache_fill_begin (cache, f, lo, hi, rq->offset + rq->count))
+    if (!cache_fill_begin (cache, f, lo, hi, rq->offset,
+                           rq->offset + rq->count))
       return GRAIN_NONE;
     g->lo = lo;
     g->hi = hi;

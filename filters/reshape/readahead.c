@@ -16,8 +16,9 @@
  *
  * A read the cache holds is served from it, whoever filled it; one a
  * fill in progress holds waits for it.  Anything else, and reads that
- * are not part of a stream, go to the plugin as they are, timed (the
- * window needs the plugin's latency).  Whether readahead runs at all
+ * are not part of a stream (also one that repeats the last read),
+ * go to the plugin as they are, timed (the window needs the plugin's
+ * latency).  Whether readahead runs at all
  * (reshape-readahead, write-back without multi-conn) is reshape.c's
  * decision.
  */
@@ -39,7 +40,7 @@ void
 readahead_init (struct readahead *ra)
 {
   pthread_mutex_init (&ra->lock, NULL);
-  ra->next = UINT64_MAX;
+  ra->last = ra->next = UINT64_MAX;
   ra->in_flight = 0;
   ra->alone_run = 0;
   ra->pipelined = false;
@@ -64,6 +65,16 @@ struct stream_read {
   unsigned in_flight;       /* the stream's reads in flight, with it */
 };
 
+/* Does rq lie within the stream's last read?  Then it reads the same
+ * place again, which is no stream (a client polling one place), even
+ * though it is near where the stream was.  Lock held.
+ */
+static bool
+repeats_last (const struct readahead *ra, const struct read_req *rq)
+{
+  return rq->offset >= ra->last && rq->offset + rq->count <= ra->next;
+}
+
 /* Record rq as in flight in the stream; stream_end must follow. */
 static void
 stream_begin (struct readahead *ra, const struct read_req *rq,
@@ -72,7 +83,7 @@ stream_begin (struct readahead *ra, const struct read_req *rq,
   const uint64_t reach = (uint64_t) REORDER * rq->count;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&ra->lock);
 
-  s->in_stream = ra->next != UINT64_MAX &&
+  s->in_stream = ra->next != UINT64_MAX && !repeats_last (ra, rq) &&
     rq->offset + reach >= ra->next && rq->offset <= ra->next + reach;
   if (!s->in_stream)                    /* the stream broke off */
     ra->pipelined = false;
@@ -87,6 +98,7 @@ stream_begin (struct readahead *ra, const struct read_req *rq,
   s->waits = ra->alone_run >= ALONE_RUN && !ra->pipelined;
   s->pipelined = ra->pipelined;
   s->in_flight = ra->in_flight;
+  ra->last = rq->offset;
   ra->next = rq->offset + rq->count;
 }
 

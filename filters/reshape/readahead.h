@@ -24,6 +24,7 @@
 /* One connection's stream. */
 struct readahead {
   pthread_mutex_t lock;
+  uint64_t last;            /* where its last read started */
   uint64_t next;            /* where a read continuing it would start */
   unsigned in_flight;       /* its reads in flight */
   unsigned alone_run;       /* reads in a row that came with no other */

@@ -225,7 +225,7 @@ conn_cache (struct handle *h)
 {
   if (!readahead_on (h))
     return 0;
-  h->cache = h->multi_conn ? h->exp->cache : cache_new (&h->exp->budget);
+  h->cache = h->multi_conn ? h->exp->cache : cache_new ();
   if (h->cache == NULL) {
     nbdkit_error ("reshape: cache: %m");
     return -1;
@@ -350,7 +350,7 @@ reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
   int r;
 
   stats_client (OP_PREAD, count);
-  budget_client (&h->exp->budget, count);
+  budget_client (count);
   sockbuf_reply (&h->sb, count);
   call_init (&c, next, h);
   down_init (&d, &c);

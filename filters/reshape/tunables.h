@@ -68,7 +68,7 @@
 #define REORDER 64
 
 /* The readahead budget (cache.c): unasked bytes, at most 1/SHARE of
- * what an export's clients read, plus BASE.
+ * what all clients of the process read, plus BASE.
  */
 #define BUDGET_SHARE 20
 #define BUDGET_BASE (16 * 1024 * 1024)
