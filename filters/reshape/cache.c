@@ -35,9 +35,6 @@
 #include "stats.h"
 #include "tunables.h"
 
-/* Which bytes of an entry were read, in at most this many chunks. */
-enum { CHUNKS = 512 };
-
 struct cache_entry {
   uint64_t off;
   uint32_t len;
@@ -45,7 +42,7 @@ struct cache_entry {
   struct cache_entry *next;
   uint32_t chunk;                   /* bytes per bit of read[] */
   uint64_t unread;                  /* unasked bytes no client read */
-  uint64_t read[CHUNKS / 64];       /* chunks a client asked for */
+  uint64_t read[CACHE_CHUNKS / 64];       /* chunks a client asked for */
 };
 
 struct cache {
@@ -397,7 +394,7 @@ entry_new (const struct cache_fill *f, void *buf, uint32_t len)
   e->len = len;
   e->buf = buf;
   e->chunk = 4096;
-  while ((uint64_t) e->chunk * CHUNKS < len)
+  while ((uint64_t) e->chunk * CACHE_CHUNKS < len)
     e->chunk *= 2;
   e->unread = len - mark_read (e, f->ask_lo, f->ask_hi);
   return e;

@@ -219,8 +219,8 @@ static void
 bandit_learn (struct bandit *b, enum tune_dir d, unsigned cls, int o,
               double npb)
 {
-  b->ns_per_byte[o] = b->samples[o] ? 0.75 * b->ns_per_byte[o] + 0.25 * npb
-                                    : npb;
+  b->ns_per_byte[o] = b->samples[o] ?
+    (1 - COST_WEIGHT) * b->ns_per_byte[o] + COST_WEIGHT * npb : npb;
   b->samples[o]++;
   if (o == b->cut || b->samples[!o] < MIN_SAMPLES)
     return;

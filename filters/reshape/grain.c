@@ -30,9 +30,8 @@
 #include "pool.h"
 #include "stats.h"
 #include "tune.h"
+#include "tunables.h"
 
-/* A fill that a fill in progress may hold is tried so many times. */
-enum { BLOCK_TRIES = 3 };
 
 void
 grains_init (struct grains *g)
@@ -204,7 +203,7 @@ block_read (struct grains *g, struct cache *cache, const struct io *io,
 
   if (took)
     *took = 0;
-  for (tries = 0; tries < BLOCK_TRIES; tries++) {
+  for (tries = 0; tries < FILL_TRIES; tries++) {
     switch (cache_fill_begin_unless (cache, f, f->lo, f->hi, rq->offset,
                                      rq->offset + rq->count)) {
     case 1: {

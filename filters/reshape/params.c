@@ -397,9 +397,9 @@ params_limits (nbdkit_next *next, struct geometry *geo, uint32_t *ppref)
  *   - reshape-size=auto, once learnt (tune.c): the learnt unit and
  *     preferred size, or the plugin's preferred size if larger (the
  *     plugin may know what timing cannot see, a RAID stripe say);
- *   - otherwise the plugin's preferred size if above 4K, else the
- *     static DEFAULT_SIZE, which is only a guess and so is not told
- *     to clients: they hear 4K (or the plugin's minimum).  Clients
+ *   - otherwise the plugin's preferred size if above HINT_SIZE, else
+ *     the static DEFAULT_SIZE, which is only a guess and so is not
+ *     told to clients: they hear HINT_SIZE (or the plugin's minimum).  Clients
  *     such as nbdcopy raise any smaller request size to the hint and
  *     size their buffers by it, and a client that chose small
  *     requests for a fast plugin should keep them.
@@ -420,11 +420,11 @@ params_sizes (struct geometry *geo, uint32_t ppref, uint32_t learnt_unit,
     pref = max_u64 (learnt_preferred, ppref);
     size = max_u64 (learnt_unit ? learnt_unit : DEFAULT_SIZE, pref);
   }
-  else if (ppref > 4 * KiB)
+  else if (ppref > HINT_SIZE)
     size = pref = ppref;
   else {
     size = DEFAULT_SIZE;
-    pref = max_u64 (4 * KiB, geo->min);
+    pref = max_u64 (HINT_SIZE, geo->min);
   }
   size = max_u64 (size, geo->min);
   geo->size = round_down (min_u64 (size, geo->max), geo->min);

@@ -52,6 +52,7 @@
 #include "common.h"
 #include "pool.h"
 #include "stats.h"
+#include "tunables.h"
 
 NBDKIT_DLL_PUBLIC int reshape_debug_pool;
 
@@ -86,11 +87,12 @@ pool_init (uint64_t cap)
 
   pool.cap = cap;
   pool.share[POOL_BOUNCE] = cap;
-  pool.share[POOL_STAGING] = rest / 4;
-  pool.share[POOL_REQUEST] = rest - rest / 4;     /* with the cache */
-  pool.share[POOL_CACHE] = pool.share[POOL_REQUEST] * 2 / 3;
-  pool.largest = rest / 4 >= (1 << MIN_SHIFT) ?
-    min_u64 (pow2_floor (rest / 4), UINT32_MAX / 2 + 1) : 0;
+  pool.share[POOL_STAGING] = rest / STAGING_SHARE;
+  pool.share[POOL_REQUEST] = rest - pool.share[POOL_STAGING]; /* + cache */
+  pool.share[POOL_CACHE] =
+    pool.share[POOL_REQUEST] * CACHE_SHARE_NUM / CACHE_SHARE_DEN;
+  pool.largest = pool.share[POOL_STAGING] >= (1 << MIN_SHIFT) ?
+    min_u64 (pow2_floor (pool.share[POOL_STAGING]), UINT32_MAX / 2 + 1) : 0;
 }
 
 void

@@ -13,13 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Requests reach the filter out of order: a client keeps up to 64 in
- * flight (QEMU, nbdcopy) and nbdkit's threads take them as they come,
- * so a block fills up with as many gaps on the way.  16 was too few
- * for a 1M block of 4K writes 64 deep: it was sent early, a piece per
- * range, 300 to 560 plugin writes for 16M where 16 do.
- */
-#define RANGES_MAX 64
+#include "tunables.h"
 
 struct range {
   uint32_t lo, hi;                /* [lo, hi), lo < hi */

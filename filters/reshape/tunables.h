@@ -72,6 +72,24 @@
  */
 #define BUDGET_SHARE 20
 #define BUDGET_BASE (16 * 1024 * 1024)
+/* The read cache (cache.c) tracks which bytes of an entry clients read
+ * in at most this many chunks (4K each up to 2M entries): the budget's
+ * count of unread bytes is exact to a chunk.
+ */
+#define CACHE_CHUNKS 512
+/* A fill that another fill in progress may hold is tried so many times
+ * (grain.c) before the read goes to the plugin as it is.
+ */
+#define FILL_TRIES 3
+
+/* The buffer pool (pool.c): of the cap, less one largest minimum
+ * block kept for bounce buffers, 1/STAGING_SHARE stages writes and
+ * the rest serves requests, the read cache taking at most
+ * CACHE_SHARE_NUM/CACHE_SHARE_DEN of that; so no use starves another.
+ */
+#define STAGING_SHARE 4
+#define CACHE_SHARE_NUM 2
+#define CACHE_SHARE_DEN 3
 
 /* reshape-size=auto's learning (tune.c) [qcow2dec over 1G, 30 runs;
  * the model's shapes; bench/results/tune]:
@@ -142,6 +160,25 @@
 #define UNLEARNT_MIN (8 * 1024 * 1024)
 #define UNLEARNT_WRITE_MIN (2 * 1024 * 1024)
 #define PIECE_MIN (1024 * 1024)
+/* The weight of a new sample in cut.c's moving cost per byte: recent
+ * enough to follow a plugin that changes, smooth enough that one slow
+ * request does not flip the choice.
+ */
+#define COST_WEIGHT 0.25
+
+/* Before anything is learnt, a plugin's preferred size above this is
+ * told to clients and cut at; at or below it, clients hear this (or
+ * the plugin's minimum) and requests are cut at DEFAULT_SIZE (params.c)
+ * [the seeds: 4K, the common sector and page].
+ */
+#define HINT_SIZE (4 * 1024)
+
+/* Write-back's blocks fill with up to this many gaps (ranges.h): a
+ * client keeps up to 64 requests in flight (QEMU, nbdcopy) and they
+ * reach the filter in any order [bench deep: 1M blocks of 4K writes 64
+ * deep].
+ */
+#define RANGES_MAX 64
 
 /* Write-back (writeback.c): tries per block when a connection closes,
  * before its data is given up (a plugin failing at random then loses
