@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Randomized write-back integrity where staged data outlives requests
+# (wb-fault-client.py against a model), with and without injected EIO:
+#   - names: three export names over one file (the file plugin ignores
+#     the name): no name's staged write may undo another's later one;
+#   - reconnect: connections (no multi-conn) dropped without flush and
+#     made anew at random: the new ones read what the old ones wrote;
+#   - sigterm: the client ends without flush and the server is stopped
+#     at once, over a slow stack (delay filter): what is not written
+#     back must be reported (one error line, exit status 1), and no
+#     more bytes differ than it reports.
+# Seeds are printed; RESHAPE_SEEDS replays (default "1 2").
+source "$srcdir/functions.sh"
+requires /usr/bin/python3 -c 'import nbd'
+have_filter delay && have_filter multi-conn ||
+  { without "the whole test" "no delay or multi-conn filter"; exit 77; }
+
+seeds=${RESHAPE_SEEDS:-"1 2"}
+echo "seeds: $seeds"
+ops=${RESHAPE_OPS:-800}
+size=$((2 * 1024 * 1024))
+wb="reshape-writeback=true reshape-size=64K"
+
+# run NAME RATE SEED CLIENT-ARGS "FILTERS" "PARAMETERS"
+run ()
+{
+  local name=$1 rate=$2 seed=$3 args=$4 filters=$5 params=$6
+  echo "== $name, error-rate=$rate, seed $seed"
+  rm -f "$tmp/disk"; truncate -s $size "$tmp/disk"
+  # shellcheck disable=SC2086
+  nbdkit -U - --filter="$FILTER" $filters --filter=error file "$tmp/disk" \
+    error=EIO error-rate=$rate $params $wb \
+    --run "$srcdir/wb-fault-client.py $seed \$uri $size $tmp/model --ops $ops $args" \
+    2> "$tmp/stderr" || {
+      grep -v injecting "$tmp/stderr" | tail -20 >&2
+      fail "$name, rate $rate: seed $seed"
+    }
+  grep -v injecting "$tmp/stderr" | grep -E 'assert|[Aa]bort|Segm|lost' &&
+    fail "$name, rate $rate: seed $seed: nbdkit crashed or lost data"
+  "$srcdir/compare-model.py" "$tmp/disk" "$tmp/model" ||
+    fail "$name, rate $rate: seed $seed: an acknowledged write is lost"
+}
+
+# sigterm RATE SEED: the server started by hand (nbdkit --run ignores
+# the status of a server it stops).
+sigterm ()
+{
+  local rate=$1 seed=$2 rc=0 job lost
+  echo "== sigterm, error-rate=$rate, seed $seed"
+  rm -f "$tmp/disk" "$tmp/sock" "$tmp/pid"; truncate -s $size "$tmp/disk"
+  nbdkit -U "$tmp/sock" -P "$tmp/pid" -f --filter="$FILTER" \
+    --filter=delay --filter=error file "$tmp/disk" wdelay=10ms \
+    error=EIO error-rate=$rate $wb 2> "$tmp/stderr" &
+  job=$!
+  wait_started "$tmp/sock" "$tmp/pid" > /dev/null
+  "$srcdir/wb-fault-client.py" "$seed" "nbd+unix:///?socket=$tmp/sock" \
+    $size "$tmp/model" --ops "$ops" --no-flush ||
+    fail "sigterm, rate $rate: seed $seed: the client failed"
+  kill -TERM "$(cat "$tmp/pid")"
+  wait "$job" || rc=$?
+  ! died_of_signal "$rc" || fail "sigterm: seed $seed: nbdkit died ($rc)"
+  lost=$(sed -n 's/.*: \([0-9]*\) acknowledged bytes of export .* lost at server exit.*/\1/p' \
+           "$tmp/stderr" | awk '{ n += $1 } END { print n + 0 }')
+  echo "exit status $rc, $lost bytes reported lost"
+  if [ "$lost" -gt 0 ]; then
+    [ "$rc" -eq 1 ] || fail "sigterm: seed $seed: lost $lost, exit $rc"
+  else
+    [ "$rc" -eq 0 ] || fail "sigterm: seed $seed: nothing lost, exit $rc"
+  fi
+  "$srcdir/compare-model.py" "$tmp/disk" "$tmp/model" "$lost" ||
+    fail "sigterm, rate $rate: seed $seed: more lost than reported"
+}
+
+for rate in 0% 5%; do
+  for seed in $seeds; do
+    run names $rate $seed "--names 3" "" ""
+    run reconnect $rate $seed "--reconnect 0.05" \
+      "--filter=multi-conn --filter=delay" \
+      "multi-conn-mode=disable wdelay=1ms"
+    sigterm $rate $seed
+  done
+done
+echo "ok: no acknowledged write lost or undone"
