@@ -36,7 +36,8 @@ extern void writeback_put (struct writeback *wb);
 extern bool writeback_shutdown (void);
 
 /* One connection's part: its identity as the owner of the blocks only
- * it can see (shared false: the plugin does not allow multi-conn), and
+ * its flush covers (shared false: the plugin does not allow
+ * multi-conn; every request of the export still sees them), and
  * whether it may stage at all (not over a plugin that cannot flush:
  * its clients could never ask for durability).  A connection that may
  * not stage still passes its writes through here, so that they are
