@@ -1103,8 +1103,8 @@ writeback_shutdown (void)
 
     if (lost > 0) {
       nbdkit_error ("reshape: write-back: %" PRIu64 " acknowledged bytes "
-                    "of export \"%s\" lost at server exit: the plugin "
-                    "refused them; exiting with failure", lost, wb->name);
+                    "of export \"%s\" lost at server exit: they could "
+                    "not be written back; exiting with failure", lost, wb->name);
       staging.lost = true;
     }
     staging.list = wb->next;
