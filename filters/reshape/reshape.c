@@ -291,9 +291,11 @@ reshape_prepare (nbdkit_next *next, void *handle, int readonly)
   params_sizes (&h->geo, ppref, learnt.unit, learnt.preferred,
                 &h->preferred);
   /* Balanced by writeback_close in finalize, which nbdkit calls only
-   * for a connection whose prepare succeeded.
+   * for a connection whose prepare succeeded.  Only a context that can
+   * write may write back for another export name (nbdkit asserts it).
    */
   writeback_open (&h->wb, h->exp->wb, h->multi_conn, h->staging,
+                  readonly || next->can_write (next) != 1 ? NULL :
                   &(struct io) { .next = next, .geo = &h->geo,
                                  .split = &h->split });
   return 0;

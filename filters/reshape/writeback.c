@@ -274,11 +274,13 @@ writeback_open (struct wb_conn *wc, struct writeback *wb, bool shared,
   wc->wb = wb;
   wc->shared = shared;
   wc->may_stage = may_stage;
-  wc->door = *door;
+  wc->door = door ? *door : (struct io) { .next = NULL };
   wc->borrowers = 0;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
-  wc->next_open = wb->open;
-  wb->open = wc;
+  if (door) {
+    wc->next_open = wb->open;
+    wb->open = wc;
+  }
   /* Whether blocks are shared is the export's, not each connection's:
    * a plugin may answer multi-conn differently per connection (yes to
    * read-only ones, say), and a shared block over another
@@ -928,9 +930,10 @@ shut_door (struct wb_conn *wc)
   struct wb_conn **pp;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
 
-  for (pp = &wb->open; *pp != wc; pp = &(*pp)->next_open)
+  for (pp = &wb->open; *pp && *pp != wc; pp = &(*pp)->next_open)
     ;
-  *pp = wc->next_open;
+  if (*pp)
+    *pp = wc->next_open;
   while (wc->borrowers > 0)
     pthread_cond_wait (&wb->changed, &wb->lock);
   wb->conns--;

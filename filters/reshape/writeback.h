@@ -51,7 +51,9 @@ struct wb_conn {
   unsigned borrowers;           /* requests using door, under wb's lock */
   struct wb_conn *next_open;    /* the export's open connections */
 };
-/* door: the connection's way to the plugin, valid until close. */
+/* door: the connection's way to the plugin, valid until close, for
+ * other exports' writes; NULL if it cannot write (read-only).
+ */
 extern void writeback_open (struct wb_conn *wc, struct writeback *wb,
                             bool shared, bool may_stage,
                             const struct io *door);
