@@ -17,7 +17,17 @@
 # At the end a flush must succeed (retried), and the model is written
 # to MODEL for the caller to compare with the backing file.
 #
-# usage: wb-fault-client.py SEED URI SIZE MODEL [--ops N]
+#   --names N      connections to N export names (one each) over one
+#                  storage: a read checks only the bytes its own name
+#                  wrote last (names promise each other no coherence),
+#                  and the final file must hold the last write of each
+#                  byte, whatever name wrote it
+#   --reconnect P  before each request, with chance P, one connection
+#                  is dropped (no flush, no NBD_CMD_DISC) and made anew
+#   --no-flush     end without the final flush (the caller stops the
+#                  server at once: the staged data is then pending)
+#
+# usage: wb-fault-client.py SEED URI SIZE MODEL [--ops N] [options]
 import argparse
 import random
 import sys
@@ -30,22 +40,42 @@ p.add_argument("uri")
 p.add_argument("size", type=int)
 p.add_argument("model")
 p.add_argument("--ops", type=int, default=1500)
+p.add_argument("--names", type=int, default=1)
+p.add_argument("--reconnect", type=float, default=0.0)
+p.add_argument("--no-flush", action="store_true")
 a = p.parse_args()
 rng = random.Random(a.seed)
+print("wb-fault-client: seed %d" % a.seed, flush=True)
+
+
+def connect(name):
+    """A connection to export n<name> (the URI's path names the export,
+    overriding set_export_name), or to the URI's own with one name."""
+    uri = a.uri
+    if a.names > 1:
+        q = uri.index("?")
+        base = uri[:q][:-1] if uri[:q].endswith(":///") else uri[:q]
+        uri = base + "/n%d" % name + uri[q:]
+    h = nbd.NBD()
+    h.connect_uri(uri)
+    assert a.names == 1 or h.get_export_name() == "n%d" % name
+    return h
+
 
 hs = []
-h = nbd.NBD()
-h.connect_uri(a.uri)
-hs.append(h)
-if h.can_multi_conn():
+name_of = []                            # export name index per connection
+for n in range(a.names):
+    hs.append(connect(n))
+    name_of.append(n)
+if a.names == 1 and hs[0].can_multi_conn():
     for _ in range(2):
-        h = nbd.NBD()
-        h.connect_uri(a.uri)
-        hs.append(h)
+        hs.append(connect(0))
+        name_of.append(0)
 can_fua = hs[0].can_fua()
 
 model = bytearray(a.size)               # the disk starts as zeros
 known = bytearray(b"\1" * a.size)       # 0: contents undefined
+owner = bytearray(a.size)               # the name that wrote it last
 recent = []                             # ranges written lately
 stats = {"ok": 0, "errors": 0, "checked": 0, "flush failed": 0}
 
@@ -91,6 +121,7 @@ def write(h):
     until_done("write", h.pwrite, data, off, flags)
     model[off:off + n] = data
     known[off:off + n] = b"\1" * n
+    owner[off:off + n] = bytes([name_of[hs.index(h)]]) * n
     recent.append((off, off + n))
     del recent[:-16]
 
@@ -101,6 +132,7 @@ def zero(h):
     until_done("zero", h.zero, n, off)
     model[off:off + n] = bytes(n)
     known[off:off + n] = b"\1" * n
+    owner[off:off + n] = bytes([name_of[hs.index(h)]]) * n
 
 
 def trim(h):
@@ -114,8 +146,10 @@ def read(h):
     got = attempt(h.pread, n, off)
     if got is None:
         return
+    me = name_of[hs.index(h)]
     for i in range(n):
-        if known[off + i] and got[i] != model[off + i]:
+        if known[off + i] and got[i] != model[off + i] and \
+           owner[off + i] == me:
             sys.exit("wb-fault-client: seed %d: WRONG DATA at %d (read "
                      "%d+%d on connection %d): got %d want %d: acknowledged "
                      "data not readable" % (a.seed, off + i, off, n,
@@ -129,17 +163,29 @@ def flush(h):
         stats["flush failed"] += 1
 
 
+def reconnect():
+    i = rng.randrange(len(hs))
+    hs[i] = None                        # dropped: no flush, no DISC
+    hs[i] = connect(name_of[i])
+    stats["reconnects"] += 1
+
+
+stats["reconnects"] = 0
 ops = [(write, 10), (read, 8), (zero, 1), (trim, 1), (flush, 2)]
 for _ in range(a.ops):
+    if a.reconnect and rng.random() < a.reconnect:
+        reconnect()
     fn = rng.choices([o[0] for o in ops], [o[1] for o in ops])[0]
     fn(rng.choice(hs))
 
-until_done("final flush", hs[0].flush)
-for h in hs:
-    h.shutdown()
+if not a.no_flush:
+    for h in hs:                        # every name's staged data
+        until_done("final flush", h.flush)
+    for h in hs:
+        h.shutdown()
 open(a.model, "wb").write(model)
 open(a.model + ".mask", "wb").write(known)
 print("wb-fault-client: seed %d: %d connections, %d ok, %d errors, "
-      "%d flushes failed, %d bytes checked"
+      "%d flushes failed, %d bytes checked, %d reconnects"
       % (a.seed, len(hs), stats["ok"], stats["errors"],
-         stats["flush failed"], stats["checked"]))
+         stats["flush failed"], stats["checked"], stats["reconnects"]))

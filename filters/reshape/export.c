@@ -33,7 +33,7 @@ export_free (struct export *exp)
   if (exp->cache)
     cache_free (exp->cache);
   if (exp->wb)
-    writeback_free (exp->wb);
+    writeback_put (exp->wb);
   if (exp->tune)
     tune_put (exp->tune);
   if (exp->cut)
@@ -52,7 +52,7 @@ export_new (const char *name, bool tls)
   exp->name = strdup (name);
   exp->tls = tls;
   exp->cache = cache_new ();
-  exp->wb = writeback_new ();
+  exp->wb = writeback_get (name, tls);
   exp->tune = tune_get (name);
   exp->cut = cut_new ();
   if (!exp->name || !exp->cache || !exp->wb || !exp->tune || !exp->cut) {

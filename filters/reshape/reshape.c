@@ -28,8 +28,11 @@
 
 #include <config.h>
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <nbdkit-filter.h>
 
@@ -93,6 +96,32 @@ reshape_load (void)
   stats_start ();
 }
 
+/* Acknowledged writes were given up at exit. */
+static bool lost_writes;
+
+static void
+exit_failure (void)
+{
+  fflush (NULL);
+  _exit (EXIT_FAILURE);
+}
+
+/* nbdkit 1.32 returns success from main once it has served, whatever
+ * a filter reports: the status can only be changed after main has
+ * cleaned up, from an exit handler.  The filter stays mapped for it
+ * (nbdkit unloads it before main returns).
+ */
+static void
+fail_at_exit (void)
+{
+  Dl_info info;
+
+  if (dladdr ((void *) fail_at_exit, &info) == 0 ||
+      dlopen (info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE) == NULL ||
+      atexit (exit_failure) != 0)
+    exit_failure ();            /* the status matters more than tidying */
+}
+
 static void
 reshape_unload (void)
 {
@@ -103,6 +132,8 @@ reshape_unload (void)
   tune_free_all ();
   pool_free_all ();
   params_free ();
+  if (lost_writes)
+    fail_at_exit ();
 }
 
 static int
@@ -144,6 +175,7 @@ static int
 reshape_get_ready (int thread_model)
 {
   params_set_thread_model (thread_model);
+  writeback_thread_model (thread_model);
   return 0;
 }
 
@@ -162,6 +194,7 @@ reshape_after_fork (nbdkit_backend *nxdata)
 static void
 reshape_cleanup (nbdkit_backend *nxdata)
 {
+  lost_writes = writeback_shutdown ();
   workers_stop ();
 }
 
@@ -261,9 +294,13 @@ reshape_prepare (nbdkit_next *next, void *handle, int readonly)
   params_sizes (&h->geo, ppref, learnt.unit, learnt.preferred,
                 &h->preferred);
   /* Balanced by writeback_close in finalize, which nbdkit calls only
-   * for a connection whose prepare succeeded.
+   * for a connection whose prepare succeeded.  Only a context that can
+   * write may write back for another export name (nbdkit asserts it).
    */
-  writeback_open (&h->wb, h->exp->wb, h->multi_conn, h->staging);
+  writeback_open (&h->wb, h->exp->wb, h->multi_conn, h->staging,
+                  readonly || next->can_write (next) != 1 ? NULL :
+                  &(struct io) { .next = next, .geo = &h->geo,
+                                 .split = &h->split });
   return 0;
 }
 
@@ -405,6 +442,8 @@ reshape_zero (nbdkit_next *next, void *handle, uint32_t count,
 
   stats_client (OP_ZERO, count);
   call_init (&c, next, h);
+  if (writeback_order (&h->wb, offset, offset + count, err) == -1)
+    return -1;
   writeback_begin (&h->wb, &c.io, offset, offset + count, &claim);
   r = split_zero (&c.io, count, offset, flags, err);
   writeback_end_write (&claim, NULL, count, offset, r == 0);
@@ -423,6 +462,8 @@ reshape_trim (nbdkit_next *next, void *handle, uint32_t count,
 
   stats_client (OP_TRIM, count);
   call_init (&c, next, h);
+  if (writeback_order (&h->wb, offset, offset + count, err) == -1)
+    return -1;
   writeback_begin (&h->wb, &c.io, offset, offset + count, &claim);
   r = split_trim (&c.io, count, offset, flags, err);
   writeback_release (&claim);

@@ -81,7 +81,7 @@ static const struct {
   [C_WB_WRITTEN] = { "staged, written back", "written_back_bytes", true },
   [C_WB_FAILED] = { "write-backs failed (kept staged)",
                     "write_backs_failed" },
-  [C_WB_LOST] = { "staged, lost at close", "staged_lost_bytes", true },
+  [C_WB_LOST] = { "staged, lost at exit", "staged_lost_bytes", true },
   [C_POOL_ALLOCS] = { "pool buffers allocated", "pool_allocs" },
   [C_POOL_REUSES] = { "pool buffers reused", "pool_reuses" },
   [C_POOL_WAITS] = { "pool waits at the cap", "pool_waits" },

@@ -41,7 +41,7 @@ enum stats_counter {
   C_WB_STAGED,         /* bytes of small writes staged */
   C_WB_WRITTEN,        /* staged bytes written back */
   C_WB_FAILED,         /* write-backs the plugin failed (kept staged) */
-  C_WB_LOST,           /* staged bytes given up at close */
+  C_WB_LOST,           /* staged bytes given up at exit */
   C_POOL_ALLOCS,       /* buffers allocated by the pool */
   C_POOL_REUSES,       /* buffers handed out again from the pool */
   C_POOL_WAITS,        /* bounce buffers that waited at the cap */

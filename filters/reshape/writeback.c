@@ -20,9 +20,12 @@
  * readable.  A flush succeeds only when every block staged before it
  * is in the plugin, and fails with the plugin's error while one is
  * not.  When failed blocks fill the staging share, new writes go
- * through to the plugin (their writers get their own errors).  Only
- * when the last connection that can see a block closes, after
- * retries, is it given up, with an error naming the bytes lost.
+ * through to the plugin (their writers get their own errors).  A
+ * closing connection's blocks become the export's: every later
+ * connection of the export sees them, and its flushes and its close
+ * retry them.  Only at server exit, once every connection has closed
+ * (nbdkit 1.32 closes them all before cleanup), is anything given up,
+ * with an error, and nbdkit then exits with failure.
  *
  * Who may touch a block's data: a thread claims the block (busy) to
  * write it back, to lay it over a read or to patch it around a write
@@ -39,7 +42,14 @@
  *
  * Blocks are kept per export, and shared by its connections only when
  * the plugin allows multi-conn; otherwise per connection, so that each
- * connection's flush covers exactly what it wrote.
+ * connection's flush covers exactly what it wrote.  Whoever owns a
+ * block, every request of the export that overlaps it sees it (reads
+ * get its bytes, writes go after it), and no two blocks of an export
+ * overlap, so nothing staged is written back over a later write.
+ * Export names may share storage: a write first writes back what
+ * other names staged over it, through an open connection of that name
+ * (none open: the write fails, since the staged data must not go to
+ * the wrong storage nor undo this write later).
  */
 
 #include <config.h>
@@ -81,13 +91,24 @@ struct writeback {
   struct wb_block *blocks;      /* newest first */
   unsigned conns;               /* connections open to the export */
   bool shared;                  /* blocks shared: the first's multi-conn */
+  /* Registry fields, under staging.lock. */
+  char *name;
+  bool tls;
+  unsigned refs;                /* writeback_get minus writeback_put */
+  struct writeback *next;
+  struct wb_conn *open;          /* its open connections */
 };
 
 /* Staging as a whole, every export's. */
 static struct {
   uint64_t staged_bytes;        /* atomic: the fast path's test */
   uint64_t next_seq;            /* block creation order, atomic */
-} staging;
+  pthread_mutex_t lock;         /* the list of exports */
+  struct writeback *list;       /* kept while they have blocks */
+  unsigned exports;             /* in the list, atomic */
+  bool may_borrow;              /* see writeback_thread_model */
+  bool lost;                    /* something was given up */
+} staging = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* The first and the end of the staged bytes, for overlap tests. */
 static uint64_t
@@ -114,6 +135,13 @@ visible (const struct wb_block *b, const struct wb_conn *wc)
   return b->owner == NULL || b->owner == wc;
 }
 
+/* The owner of the blocks wc creates. */
+static const struct wb_conn *
+owner_for (const struct wb_conn *wc)
+{
+  return wc->shared ? NULL : wc;
+}
+
 /* Is anything staged anywhere?  Every request asks first. */
 static bool
 anything_staged (void)
@@ -129,60 +157,130 @@ free_block (struct wb_block *b)
   free (b);
 }
 
-/* Data that can never reach the plugin: say which bytes. */
-static void
+/* Data that can never reach the plugin (server exit): the bytes of
+ * it that are lost, each range in the debug log.
+ */
+static uint64_t
 give_up (struct wb_block *b)
 {
+  uint64_t lost = 0;
   unsigned i;
 
   for (i = 0; i < b->staged.nr; i++) {
     const struct range x = b->staged.r[i];
-    nbdkit_error ("reshape: write-back: %" PRIu32 " acknowledged bytes at "
-                  "%" PRIu64 " lost: the plugin kept failing (%s)",
-                  x.hi - x.lo, b->off + x.lo,
+    nbdkit_debug ("reshape: write-back: %" PRIu32 " acknowledged bytes at "
+                  "%" PRIu64 " lost (%s)", x.hi - x.lo, b->off + x.lo,
                   strerror (b->failed ? b->failed : EIO));
     stats_add (C_WB_LOST, x.hi - x.lo);
+    lost += x.hi - x.lo;
   }
   free_block (b);
+  return lost;
 }
 
-struct writeback *
-writeback_new (void)
+static struct writeback *
+writeback_new (const char *name, bool tls)
 {
   struct writeback *wb = calloc (1, sizeof *wb);
 
   if (wb == NULL)
     return NULL;
+  wb->name = strdup (name);
+  if (wb->name == NULL) {
+    free (wb);
+    return NULL;
+  }
+  wb->tls = tls;
   pthread_mutex_init (&wb->lock, NULL);
   pthread_cond_init (&wb->changed, NULL);
   return wb;
 }
 
-void
+static void
 writeback_free (struct writeback *wb)
 {
-  /* Connections closed give up what they could not write; one that
-   * never got that far (its client vanished during the handshake) has
-   * nothing staged, but be sure.
-   */
-  while (wb->blocks) {
-    struct wb_block *b = wb->blocks;
-    wb->blocks = b->next;
-    give_up (b);
-  }
+  assert (wb->blocks == NULL);
   pthread_cond_destroy (&wb->changed);
   pthread_mutex_destroy (&wb->lock);
+  free (wb->name);
   free (wb);
 }
 
 void
+writeback_thread_model (int model)
+{
+  staging.may_borrow = model == NBDKIT_THREAD_MODEL_PARALLEL ||
+    model == NBDKIT_THREAD_MODEL_SERIALIZE_ALL_REQUESTS;
+}
+
+struct writeback *
+writeback_get (const char *name, bool tls)
+{
+  struct writeback *wb;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&staging.lock);
+
+  for (wb = staging.list; wb; wb = wb->next)
+    if (strcmp (wb->name, name) == 0 && wb->tls == tls)
+      break;
+  if (wb == NULL) {
+    wb = writeback_new (name, tls);
+    if (wb == NULL)
+      return NULL;
+    wb->next = staging.list;
+    staging.list = wb;
+    __atomic_add_fetch (&staging.exports, 1, __ATOMIC_RELAXED);
+  }
+  wb->refs++;
+  return wb;
+}
+
+/* Unlink and free wb if nothing uses it and nothing is staged in it.
+ * staging.lock held.
+ */
+static void
+forget_if_unused (struct writeback *wb)
+{
+  struct writeback **pp;
+  bool empty;
+
+  if (wb->refs > 0)
+    return;
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
+    empty = wb->blocks == NULL;
+  }
+  if (!empty)
+    return;
+  for (pp = &staging.list; *pp != wb; pp = &(*pp)->next)
+    ;
+  *pp = wb->next;
+  __atomic_sub_fetch (&staging.exports, 1, __ATOMIC_RELAXED);
+  writeback_free (wb);
+}
+
+void
+writeback_put (struct writeback *wb)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&staging.lock);
+
+  wb->refs--;
+  forget_if_unused (wb);
+}
+
+void
 writeback_open (struct wb_conn *wc, struct writeback *wb, bool shared,
-                bool may_stage)
+                bool may_stage, const struct io *door)
 {
   wc->wb = wb;
   wc->shared = shared;
   wc->may_stage = may_stage;
+  wc->door = door ? *door : (struct io) { .next = NULL };
+  wc->borrowers = 0;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
+  if (door) {
+    wc->next_open = wb->open;
+    wb->open = wc;
+  }
   /* Whether blocks are shared is the export's, not each connection's:
    * a plugin may answer multi-conn differently per connection (yes to
    * read-only ones, say), and a shared block over another
@@ -211,45 +309,47 @@ claim (struct wb_claim *c, struct wb_block *b)
   c->list = b;
 }
 
-/* Is a block visible to wc that overlaps [lo, hi) busy?  Lock held. */
+/* Is a block of wb that overlaps [lo, hi) busy?  Lock held.  (Any
+ * owner's: a request sees every block of its export.)
+ */
 static bool
-busy_over (struct wb_conn *wc, uint64_t lo, uint64_t hi)
+busy_over (struct writeback *wb, uint64_t lo, uint64_t hi)
 {
   struct wb_block *b;
 
-  for (b = wc->wb->blocks; b; b = b->next)
-    if (visible (b, wc) && overlaps (b, lo, hi) && b->busy)
+  for (b = wb->blocks; b; b = b->next)
+    if (overlaps (b, lo, hi) && b->busy)
       return true;
   return false;
 }
 
-/* Claim every block visible to wc that overlaps [lo, hi).  Lock held,
- * none of them busy.
+/* Claim every block of wb that overlaps [lo, hi).  Lock held, none of
+ * them busy.  The list comes out oldest first: written back and laid
+ * over reads in that order.
  */
 static void
-claim_over (struct wb_claim *c, struct wb_conn *wc, uint64_t lo,
+claim_over (struct wb_claim *c, struct writeback *wb, uint64_t lo,
             uint64_t hi)
 {
   struct wb_block *b;
 
-  for (b = wc->wb->blocks; b; b = b->next)
-    if (visible (b, wc) && overlaps (b, lo, hi))
+  for (b = wb->blocks; b; b = b->next)
+    if (overlaps (b, lo, hi))
       claim (c, b);
 }
 
-/* Claim every block visible to wc that overlaps [lo, hi), once none
- * of them is busy (so nothing is held while waiting).
+/* Claim every block of wb that overlaps [lo, hi), once none of them
+ * is busy (so nothing is held while waiting).
  */
 static void
-claim_range (struct wb_claim *c, struct wb_conn *wc, uint64_t lo,
+claim_range (struct wb_claim *c, struct writeback *wb, uint64_t lo,
              uint64_t hi)
 {
-  struct writeback *wb = wc->wb;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
 
-  while (busy_over (wc, lo, hi))
+  while (busy_over (wb, lo, hi))
     pthread_cond_wait (&wb->changed, &wb->lock);
-  claim_over (c, wc, lo, hi);
+  claim_over (c, wb, lo, hi);
 }
 
 /* Let the claimed blocks go. */
@@ -394,7 +494,7 @@ writeback_begin (struct wb_conn *wc, const struct io *io,
   *c = (struct wb_claim) { .wb = wc->wb };
   if (!anything_staged ())
     return;
-  claim_range (c, wc, lo, hi);
+  claim_range (c, wc->wb, lo, hi);
   /* What the plugin refuses stays held (it is what is left in
    * c->list): the caller decides what to do with it.
    */
@@ -441,9 +541,9 @@ writeback_clean (struct wb_conn *wc, const struct io *io,
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
 
     /* Never wait: the caller may itself hold blocks in the range. */
-    if (busy_over (wc, lo, hi))
+    if (busy_over (wb, lo, hi))
       return false;
-    claim_over (&c, wc, lo, hi);
+    claim_over (&c, wb, lo, hi);
   }
   /* A failure is logged, and the range is not clean. */
   clean = write_back_claimed (io, &c, &e) == 0;
@@ -600,7 +700,7 @@ new_block (struct wb_conn *wc, uint64_t boff, uint32_t len,
     return NULL;
   }
   *b = (struct wb_block) {
-    .owner = wc->shared ? NULL : wc, .off = boff, .len = len,
+    .owner = owner_for (wc), .off = boff, .len = len,
     .seq = __atomic_fetch_add (&staging.next_seq, 1, __ATOMIC_RELAXED),
     .staged = { .nr = 1, .r = { { lo, hi } } },
     .buf = mem, .next = wb->blocks,
@@ -627,16 +727,17 @@ write_back_now (const struct io *io, struct writeback *wb,
   return freed;
 }
 
-/* The staged block visible to wc whose extent overlaps [lo, hi), if
- * any.  Lock held.  Visible blocks never overlap each other (stage).
+/* The staged block of the export whose extent overlaps [lo, hi), if
+ * any, whoever owns it.  Lock held.  Blocks never overlap each other
+ * (stage_step).
  */
 static struct wb_block *
-block_over (struct wb_conn *wc, uint64_t lo, uint64_t hi)
+block_over (struct writeback *wb, uint64_t lo, uint64_t hi)
 {
   struct wb_block *b;
 
-  for (b = wc->wb->blocks; b; b = b->next)
-    if (visible (b, wc) && b->off < hi && lo < b->off + b->len)
+  for (b = wb->blocks; b; b = b->next)
+    if (b->off < hi && lo < b->off + b->len)
       return b;
   return NULL;
 }
@@ -662,7 +763,10 @@ enum stage_next {
  * one would be means writing through: staged in a block of its own,
  * a write would be written back in the order of the blocks, not of
  * the writes, and a block found by its offset alone may be shorter
- * than the write reaches.
+ * than the write reaches.  A block another connection owns (no
+ * multi-conn), or one a closed connection left, means writing
+ * through too: after it, so that its later write-back cannot undo
+ * this write.
  */
 static enum stage_next
 stage_step (struct wb_conn *wc, uint64_t boff, uint32_t len,
@@ -673,8 +777,9 @@ stage_step (struct wb_conn *wc, uint64_t boff, uint32_t len,
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
 
   for (;;) {
-    *b = block_over (wc, boff, boff + len);
-    if (*b && ((*b)->off != boff || (*b)->len != len))
+    *b = block_over (wb, boff, boff + len);
+    if (*b && ((*b)->off != boff || (*b)->len != len ||
+               (*b)->owner != owner_for (wc)))
       return WRITE_THROUGH;
     if (*b == NULL || !(*b)->busy)
       break;
@@ -759,6 +864,8 @@ writeback_pwrite (struct wb_conn *wc, const struct io *io,
   const char *p = buf;
   uint64_t pos = offset;
 
+  if (writeback_order (wc, offset, offset + count, err) == -1)
+    return -1;
   if (!wc->may_stage || (flags & NBDKIT_FLAG_FUA) || count >= size ||
       pool_largest (POOL_STAGING) < size)
     return write_through (wc, io, down, buf, count, offset, flags, err);
@@ -797,29 +904,39 @@ drain_all (void *arg)
   return NULL;
 }
 
-/* After the last tries: what this connection alone could see, or what
- * nobody else can see any more, is given up.
+/* The connection's blocks become the export's, so that its next
+ * connections see them and their flushes retry them (a client that
+ * reconnects at once reads what it wrote).
  */
 static void
-give_up_left (struct wb_conn *wc)
+hand_over (struct wb_conn *wc)
 {
   struct writeback *wb = wc->wb;
-  struct wb_block **pp;
+  struct wb_block *b;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
 
+  for (b = wb->blocks; b; b = b->next)
+    if (b->owner == wc)
+      b->owner = NULL;
+}
+
+/* No other export's write may use wc's context any more: it is
+ * about to go.
+ */
+static void
+shut_door (struct wb_conn *wc)
+{
+  struct writeback *wb = wc->wb;
+  struct wb_conn **pp;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
+
+  for (pp = &wb->open; *pp && *pp != wc; pp = &(*pp)->next_open)
+    ;
+  if (*pp)
+    *pp = wc->next_open;
+  while (wc->borrowers > 0)
+    pthread_cond_wait (&wb->changed, &wb->lock);
   wb->conns--;
-  for (pp = &wb->blocks; *pp; ) {
-    struct wb_block *b = *pp;
-    /* Nothing is busy: this connection has no request left, and a
-     * shared block is held only by a request of an open connection.
-     */
-    if (b->owner == wc || (b->owner == NULL && wb->conns == 0)) {
-      *pp = b->next;
-      give_up (b);
-    }
-    else
-      pp = &b->next;
-  }
 }
 
 void
@@ -828,11 +945,173 @@ writeback_close (struct wb_conn *wc, const struct io *io)
   struct closing c = { .wc = wc, .io = io };
   pthread_t t;
 
+  hand_over (wc);
   if (anything_staged ()) {
     if (pthread_create (&t, NULL, drain_all, &c) == 0)
       pthread_join (t, NULL);
     else
       drain_all (&c);
   }
-  give_up_left (wc);
+  shut_door (wc);
+}
+
+/* Has wb a block over [lo, hi)? */
+static bool
+has_over (struct writeback *wb, uint64_t lo, uint64_t hi)
+{
+  struct wb_block *b;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
+
+  for (b = wb->blocks; b; b = b->next)
+    if (overlaps (b, lo, hi))
+      return true;
+  return false;
+}
+
+/* An open connection of wb's export whose context another export's
+ * request may use (nbdkit 1.32 gives a connection no context of
+ * another export name), marked borrowed; NULL if there is none, or
+ * the plugin's thread model forbids it (requests of one connection
+ * serialized, but not all requests).
+ */
+static struct wb_conn *
+borrow (struct writeback *wb)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
+
+  if (!staging.may_borrow || wb->open == NULL)
+    return NULL;
+  wb->open->borrowers++;
+  return wb->open;
+}
+
+static void
+give_back (struct wb_conn *wc)
+{
+  struct writeback *wb = wc->wb;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
+
+  wc->borrowers--;
+  pthread_cond_broadcast (&wb->changed);
+}
+
+/* Write back wb's blocks over [lo, hi) through a connection of its
+ * own export.  0, or -1 with *err set (those that failed stay
+ * staged; with no connection to use, nothing is tried).
+ */
+static int
+write_back_elsewhere (struct writeback *wb, uint64_t lo, uint64_t hi,
+                      int *err)
+{
+  struct wb_claim c = { .wb = wb };
+  struct wb_conn *door = borrow (wb);
+  int r;
+
+  if (door == NULL) {
+    nbdkit_error ("reshape: write-back: no connection of export \"%s\" "
+                  "to write back through", wb->name);
+    *err = EIO;
+    return -1;
+  }
+  claim_range (&c, wb, lo, hi);
+  r = write_back_claimed (&door->door, &c, err);
+  release (&c);
+  give_back (door);
+  return r;
+}
+
+/* The other exports with blocks over [lo, hi), each referenced (put
+ * them back).  NULL if none, or if there is no memory (*err set).
+ */
+static struct writeback **
+others_over (struct writeback *self, uint64_t lo, uint64_t hi, size_t *n,
+             int *err)
+{
+  struct writeback *wb, **v = NULL, **nv;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&staging.lock);
+
+  *n = 0;
+  for (wb = staging.list; wb; wb = wb->next) {
+    if (wb == self || !has_over (wb, lo, hi))
+      continue;
+    nv = realloc (v, (*n + 1) * sizeof *v);
+    if (nv == NULL) {
+      *err = ENOMEM;
+      break;
+    }
+    v = nv;
+    v[(*n)++] = wb;
+    wb->refs++;
+  }
+  return v;
+}
+
+int
+writeback_order (struct wb_conn *wc, uint64_t lo, uint64_t hi, int *err)
+{
+  struct writeback **v;
+  size_t n, i;
+  int r = 0, e = 0;
+
+  /* A write of the only export (the usual case) takes no global lock. */
+  if (!anything_staged () ||
+      __atomic_load_n (&staging.exports, __ATOMIC_RELAXED) < 2)
+    return 0;
+  v = others_over (wc->wb, lo, hi, &n, &e);
+  for (i = 0; i < n; i++) {
+    if (r == 0 && write_back_elsewhere (v[i], lo, hi, &e) == -1) {
+      nbdkit_error ("reshape: write-back: what export \"%s\" staged at "
+                    "%" PRIu64 "-%" PRIu64 " must reach the plugin "
+                    "before this write and could not: %s",
+                    v[i]->name, lo, hi, strerror (e));
+      r = -1;
+    }
+    writeback_put (v[i]);
+  }
+  free (v);
+  if (r == 0 && e != 0) {       /* no memory for the list */
+    nbdkit_error ("reshape: write-back: %s", strerror (e));
+    r = -1;
+  }
+  if (r == -1)
+    *err = e;
+  return r;
+}
+
+/* Server exit: every connection has closed, the last of each export
+ * after writing back what it could.  What is left is given up: the
+ * bytes lost.
+ */
+static uint64_t
+give_up_all (struct writeback *wb)
+{
+  uint64_t lost = 0;
+
+  while (wb->blocks) {
+    struct wb_block *b = wb->blocks;
+    wb->blocks = b->next;
+    lost += give_up (b);
+  }
+  return lost;
+}
+
+bool
+writeback_shutdown (void)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&staging.lock);
+
+  while (staging.list) {
+    struct writeback *wb = staging.list;
+    uint64_t lost = give_up_all (wb);
+
+    if (lost > 0) {
+      nbdkit_error ("reshape: write-back: %" PRIu64 " acknowledged bytes "
+                    "of export \"%s\" lost at server exit: they could "
+                    "not be written back; exiting with failure", lost, wb->name);
+      staging.lost = true;
+    }
+    staging.list = wb->next;
+    writeback_free (wb);
+  }
+  return staging.lost;
 }

@@ -19,13 +19,25 @@
 struct writeback;               /* one export's staged blocks */
 struct wb_block;
 
-/* One export's staging; NULL with errno on failure. */
-extern struct writeback *writeback_new (void);
-/* Gives up (with an error naming the bytes) whatever is still staged. */
-extern void writeback_free (struct writeback *wb);
+/* The plugin's thread model: whether one connection's context may
+ * serve another's request (write-back across export names).
+ */
+extern void writeback_thread_model (int model);
+
+/* One export's staging, found by name and TLS; NULL with errno on
+ * failure.  It outlives its last put while blocks are staged in it.
+ */
+extern struct writeback *writeback_get (const char *name, bool tls);
+extern void writeback_put (struct writeback *wb);
+
+/* Server exit (no connection left): what is still staged is given
+ * up, with an error per export.  True if anything was given up.
+ */
+extern bool writeback_shutdown (void);
 
 /* One connection's part: its identity as the owner of the blocks only
- * it can see (shared false: the plugin does not allow multi-conn), and
+ * its flush covers (shared false: the plugin does not allow
+ * multi-conn; every request of the export still sees them), and
  * whether it may stage at all (not over a plugin that cannot flush:
  * its clients could never ask for durability).  A connection that may
  * not stage still passes its writes through here, so that they are
@@ -35,11 +47,19 @@ struct wb_conn {
   struct writeback *wb;
   bool shared;
   bool may_stage;
+  struct io door;               /* for other exports' writes (borrow) */
+  unsigned borrowers;           /* requests using door, under wb's lock */
+  struct wb_conn *next_open;    /* the export's open connections */
 };
+/* door: the connection's way to the plugin, valid until close, for
+ * other exports' writes; NULL if it cannot write (read-only).
+ */
 extern void writeback_open (struct wb_conn *wc, struct writeback *wb,
-                            bool shared, bool may_stage);
-/* The connection is closing: write back what it can see, retrying;
- * then give up what nobody else can see.
+                            bool shared, bool may_stage,
+                            const struct io *door);
+/* The connection is closing: its blocks become the export's, and
+ * what it can see is written back, retrying.  What the plugin still
+ * refuses stays staged for the export's later connections.
  */
 extern void writeback_close (struct wb_conn *wc, const struct io *io);
 
@@ -50,6 +70,13 @@ extern int writeback_pwrite (struct wb_conn *wc, const struct io *io,
                              const struct down *down, const void *buf,
                              uint32_t count, uint64_t offset,
                              uint32_t flags, int *err);
+
+/* Before a write (of any kind) to [lo, hi): what other export names
+ * staged there is written back first.  0, or -1 with *err set when
+ * that fails (the write must then fail).
+ */
+extern int writeback_order (struct wb_conn *wc, uint64_t lo, uint64_t hi,
+                            int *err);
 
 /* Flush: everything this connection can see that was staged before
  * now, into the plugin.  0, or -1 with *err set while the plugin

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Staged data the plugin refuses outlives the connection that wrote
+# it: the export's later connections read it, and their flushes retry
+# it; only at server exit is it given up, with one error line and a
+# failing exit status.  The error filter fails writes while
+# $tmp/refuse exists.
+source "$srcdir/functions.sh"
+requires /usr/bin/python3 -c 'import nbd'
+
+cat > "$tmp/kept.py" <<'PYEOF'
+import nbd, os, sys, time
+sock, disk, refuse, phase = sys.argv[1:5]
+uri = "nbd+unix:///?socket=" + sock
+
+def conn():
+    h = nbd.NBD()
+    h.connect_uri(uri)
+    return h
+
+def on_disk():
+    with open(disk, "rb") as f:
+        f.seek(1000)
+        return f.read(4)
+
+a = conn()
+a.pwrite(b"AAAA", 1000)                 # staged, acknowledged
+open(refuse, "w").close()
+try:
+    a.flush()
+    raise SystemExit("a flush hid a refused write-back")
+except nbd.Error:
+    pass
+a.shutdown()
+del a
+if phase == "exit":                     # refused until the server exits
+    sys.exit(0)
+time.sleep(0.5)                         # the close has given up retrying
+os.unlink(refuse)
+b = conn()
+assert on_disk() == bytes(4)
+b.flush()                               # any connection's flush retries
+assert on_disk() == b"AAAA", "the next flush did not write it back"
+c = conn()
+assert c.pread(4, 1000) == b"AAAA"
+print("ok: kept and written back by a later connection")
+PYEOF
+
+run ()
+{
+  local phase=$1 rc=0 job
+  rm -f "$tmp/sock" "$tmp/pid" "$tmp/refuse"
+  truncate -s 0 "$tmp/disk"; truncate -s 1M "$tmp/disk"
+  nbdkit -U "$tmp/sock" -P "$tmp/pid" -f --filter="$FILTER" --filter=error \
+    file "$tmp/disk" error-pwrite=EIO error-pwrite-rate=100% \
+    error-file="$tmp/refuse" reshape-writeback=true reshape-size=64K \
+    2> "$tmp/log" &
+  job=$!
+  wait_started "$tmp/sock" "$tmp/pid" > /dev/null
+  /usr/bin/python3 "$tmp/kept.py" "$tmp/sock" "$tmp/disk" "$tmp/refuse" \
+    "$phase" || { tail -5 "$tmp/log"; fail "$phase: see above"; }
+  kill -TERM "$(cat "$tmp/pid")"
+  wait "$job" || rc=$?
+  echo "$phase: exit status $rc"
+  echo "$rc" > "$tmp/rc"
+}
+
+# The plugin recovers: the data is readable, then written back.
+run recover
+[ "$(cat "$tmp/rc")" -eq 0 ] || fail "recovered, yet exit status non-zero"
+! grep -q "lost" "$tmp/log" || fail "recovered, yet something was lost"
+
+# The plugin never recovers: given up at exit, said once, status 1.
+run exit
+[ "$(cat "$tmp/rc")" -eq 1 ] ||
+  fail "acknowledged data given up, yet exit status $(cat "$tmp/rc")"
+[ "$(grep -c '4 acknowledged bytes of export "" lost at server exit' \
+     "$tmp/log")" -eq 1 ] || fail "no single error line: $(tail -5 "$tmp/log")"
+echo "ok: refused data kept per export until exit"

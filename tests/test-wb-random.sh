@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Randomized write-back integrity where staged data outlives requests
+# (wb-fault-client.py against a model), with and without injected EIO:
+#   - names: three export names over one file (the file plugin ignores
+#     the name): no name's staged write may undo another's later one;
+#   - reconnect: connections (no multi-conn) dropped without flush and
+#     made anew at random: the new ones read what the old ones wrote;
+#   - sigterm: the client ends without flush and the server is stopped
+#     at once, over a slow stack: what is not written back must be
+#     reported (one error line, exit status 1), and no more bytes
+#     differ than it reports.  Over the delay filter, whose sleeps
+#     nbdkit aborts once it quits, some usually is; over a plugin slow
+#     without nbdkit_nanosleep (sh, sleep) nothing may be.
+# Seeds are printed; RESHAPE_SEEDS replays (default "1 2").
+source "$srcdir/functions.sh"
+requires /usr/bin/python3 -c 'import nbd'
+have_filter delay && have_filter multi-conn ||
+  { without "the whole test" "no delay or multi-conn filter"; exit 77; }
+
+seeds=${RESHAPE_SEEDS:-"1 2"}
+echo "seeds: $seeds"
+ops=${RESHAPE_OPS:-800}
+size=$((2 * 1024 * 1024))
+wb="reshape-writeback=true reshape-size=64K"
+
+# run NAME RATE SEED CLIENT-ARGS "FILTERS" "PARAMETERS"
+run ()
+{
+  local name=$1 rate=$2 seed=$3 args=$4 filters=$5 params=$6
+  echo "== $name, error-rate=$rate, seed $seed"
+  rm -f "$tmp/disk"; truncate -s $size "$tmp/disk"
+  # shellcheck disable=SC2086
+  nbdkit -U - --filter="$FILTER" $filters --filter=error file "$tmp/disk" \
+    error=EIO error-rate=$rate $params $wb \
+    --run "$srcdir/wb-fault-client.py $seed \$uri $size $tmp/model --ops $ops $args" \
+    2> "$tmp/stderr" || {
+      grep -v injecting "$tmp/stderr" | tail -20 >&2
+      fail "$name, rate $rate: seed $seed"
+    }
+  grep -v injecting "$tmp/stderr" | grep -E 'assert|[Aa]bort|Segm|lost' &&
+    fail "$name, rate $rate: seed $seed: nbdkit crashed or lost data"
+  "$srcdir/compare-model.py" "$tmp/disk" "$tmp/model" ||
+    fail "$name, rate $rate: seed $seed: an acknowledged write is lost"
+}
+
+# A plugin slow without nbdkit_nanosleep: every write sleeps 5 ms.
+cat > "$tmp/slow.sh" <<SHEOF
+#!/usr/bin/env bash
+disk="$tmp/disk"
+case "\$1" in
+  get_size) stat -L -c %s "\$disk" ;;
+  pread) dd if="\$disk" skip=\$4 count=\$3 iflag=skip_bytes,count_bytes \
+           status=none ;;
+  pwrite) sleep 0.005
+          dd of="\$disk" seek=\$4 oflag=seek_bytes conv=notrunc status=none ;;
+  can_write|can_flush|can_trim|flush|trim) exit 0 ;;
+  *) exit 2 ;;
+esac
+SHEOF
+chmod +x "$tmp/slow.sh"
+
+# sigterm STACK RATE SEED OPS: the server started by hand (nbdkit --run
+# ignores the status of a server it stops).
+sigterm ()
+{
+  local stack=$1 rate=$2 seed=$3 n=$4 rc=0 job lost plugin
+  echo "== sigterm-$stack, error-rate=$rate, seed $seed"
+  rm -f "$tmp/disk" "$tmp/sock" "$tmp/pid"; truncate -s $size "$tmp/disk"
+  case $stack in
+    delay) plugin="--filter=delay --filter=error file $tmp/disk wdelay=10ms" ;;
+    sh) plugin="--filter=error sh $tmp/slow.sh" ;;
+  esac
+  # shellcheck disable=SC2086
+  nbdkit -U "$tmp/sock" -P "$tmp/pid" -f --filter="$FILTER" $plugin \
+    error=EIO error-rate=$rate $wb 2> "$tmp/stderr" &
+  job=$!
+  wait_started "$tmp/sock" "$tmp/pid" > /dev/null
+  "$srcdir/wb-fault-client.py" "$seed" "nbd+unix:///?socket=$tmp/sock" \
+    $size "$tmp/model" --ops "$n" --no-flush ||
+    fail "sigterm, rate $rate: seed $seed: the client failed"
+  kill -TERM "$(cat "$tmp/pid")"
+  wait "$job" || rc=$?
+  ! died_of_signal "$rc" || fail "sigterm: seed $seed: nbdkit died ($rc)"
+  lost=$(sed -n 's/.*: \([0-9]*\) acknowledged bytes of export .* lost at server exit.*/\1/p' \
+           "$tmp/stderr" | awk '{ n += $1 } END { print n + 0 }')
+  echo "exit status $rc, $lost bytes reported lost"
+  if [ "$lost" -gt 0 ]; then
+    [ "$rc" -eq 1 ] || fail "sigterm: seed $seed: lost $lost, exit $rc"
+  else
+    [ "$rc" -eq 0 ] || fail "sigterm: seed $seed: nothing lost, exit $rc"
+  fi
+  "$srcdir/compare-model.py" "$tmp/disk" "$tmp/model" "$lost" ||
+    fail "sigterm, rate $rate: seed $seed: more lost than reported"
+  [ "$stack" != sh ] || [ "$lost" -eq 0 ] ||
+    fail "sigterm-sh: seed $seed: a plugin that could write lost data"
+}
+
+for rate in 0% 5%; do
+  for seed in $seeds; do
+    run names $rate $seed "--names 3" "" ""
+    run reconnect $rate $seed "--reconnect 0.05" \
+      "--filter=multi-conn --filter=delay" \
+      "multi-conn-mode=disable wdelay=1ms"
+    sigterm delay $rate $seed "$ops"
+    sigterm sh $rate $seed 150
+  done
+done
+echo "ok: no acknowledged write lost or undone"

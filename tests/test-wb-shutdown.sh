@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# A server told to stop (SIGTERM) while acknowledged writes are still
+# staged writes them back before it exits, or, when the plugin cannot
+# take them, exits with failure and says so in one error line.  The
+# client writes 32 small blocks and exits without flush; the server is
+# stopped at once, while the closing connection still writes back.
+#   - through the delay filter, which cannot sleep once nbdkit quits:
+#     what does not arrive must make the exit status non-zero;
+#   - through a plugin slow without nbdkit_nanosleep (sh, sleep): all
+#     32 arrive, and the server exits 0.
+# nbdkit --run ignores the status of a server it had to stop, so each
+# server here is started and stopped by hand.
+source "$srcdir/functions.sh"
+requires /usr/bin/python3 -c 'import nbd'
+have_filter delay || { without "the whole test" "no delay filter"; exit 77; }
+
+# stop_case NAME: start nbdkit with the remaining arguments, write, stop
+# it, and check what arrived against its status and log.
+stop_case ()
+{
+  local name=$1; shift
+  local sock="$tmp/sock" pidf="$tmp/pid" rc=0 job n lines
+  rm -f "$sock" "$pidf"
+  truncate -s 0 "$tmp/disk"; truncate -s 4M "$tmp/disk"
+  nbdkit -U "$sock" -P "$pidf" -f --filter="$FILTER" "$@" \
+    reshape-writeback=true reshape-size=64K 2> "$tmp/log" &
+  job=$!
+  wait_started "$sock" "$pidf" "$name" > /dev/null
+  /usr/bin/python3 "$srcdir/wb-blocks.py" write "nbd+unix:///?socket=$sock" \
+    32 "$name"
+  kill -TERM "$(cat "$pidf")"
+  wait "$job" || rc=$?
+  ! died_of_signal "$rc" || fail "$name: nbdkit died of a signal ($rc)"
+  n=$(/usr/bin/python3 "$srcdir/wb-blocks.py" count "$tmp/disk" 32 "$name")
+  lines=$(grep -c "lost at server exit" "$tmp/log" || :)
+  echo "$name: $n of 32 arrived, exit status $rc, $lines error lines"
+  if [ "$n" -lt 32 ]; then
+    [ "$rc" -ne 0 ] ||
+      fail "$name: $((32 - n)) acknowledged blocks lost, yet exit status 0"
+    [ "$lines" -eq 1 ] ||
+      fail "$name: lost blocks, $lines 'lost at server exit' lines: $(tail -5 "$tmp/log")"
+  else
+    [ "$rc" -eq 0 ] || fail "$name: all arrived, yet exit status $rc"
+    [ "$lines" -eq 0 ] || fail "$name: all arrived, yet 'lost' was logged"
+  fi
+  echo "$n" > "$tmp/arrived"
+}
+
+stop_case delay --filter=delay file "$tmp/disk" wdelay=20ms
+
+# A plugin whose slowness is not nbdkit_nanosleep: everything arrives.
+cat > "$tmp/slow.sh" <<SHEOF
+#!/usr/bin/env bash
+disk="$tmp/disk"
+case "\$1" in
+  get_size) stat -L -c %s "\$disk" ;;
+  pread) dd if="\$disk" skip=\$4 count=\$3 iflag=skip_bytes,count_bytes \
+           status=none ;;
+  pwrite) sleep 0.02
+          dd of="\$disk" seek=\$4 oflag=seek_bytes conv=notrunc status=none ;;
+  can_write|can_flush) exit 0 ;;
+  flush) exit 0 ;;
+  *) exit 2 ;;
+esac
+SHEOF
+chmod +x "$tmp/slow.sh"
+stop_case slow-sh sh "$tmp/slow.sh"
+[ "$(cat "$tmp/arrived")" -eq 32 ] ||
+  fail "slow-sh: a plugin that can still write lost acknowledged writes"
+echo "ok: stopped servers write back, or exit with failure"
