@@ -248,3 +248,45 @@ stop_servers ()
     return 1
   }
 }
+
+# slow_sh_plugin SCRIPT DISK SECONDS: an sh plugin over the file DISK
+# whose writes each sleep SECONDS first: slow without nbdkit_nanosleep,
+# which nbdkit aborts once it quits (the delay filter's), so it can
+# still write while nbdkit stops.
+slow_sh_plugin ()
+{
+  cat > "$1" <<SHEOF
+#!/usr/bin/env bash
+case "\$1" in
+  get_size) stat -L -c %s "$2" ;;
+  pread) dd if="$2" skip=\$4 count=\$3 iflag=skip_bytes,count_bytes \
+           status=none ;;
+  pwrite) sleep $3
+          dd of="$2" seek=\$4 oflag=seek_bytes conv=notrunc status=none ;;
+  can_write|can_flush|can_trim|flush|trim) exit 0 ;;
+  *) exit 2 ;;
+esac
+SHEOF
+  chmod +x "$1"
+}
+
+# wb_fault_case NAME SEED CLIENT-ARGS NBDKIT-ARGS...: nbdkit with
+# NBDKIT-ARGS (the stack, over the file $tmp/disk, made anew: $size
+# bytes of zeros) runs wb-fault-client.py ($ops operations); then no
+# crash, nothing logged lost, and the file holds every acknowledged
+# write (the client's model).
+wb_fault_case ()
+{
+  local name=$1 seed=$2 args=$3; shift 3
+  rm -f "$tmp/disk"; truncate -s "$size" "$tmp/disk"
+  nbdkit -U - "$@" \
+    --run "$srcdir/wb-fault-client.py $seed \$uri $size $tmp/model --ops $ops $args" \
+    2> "$tmp/stderr" || {
+      grep -v injecting "$tmp/stderr" | tail -20 >&2
+      fail "$name: seed $seed"
+    }
+  grep -v injecting "$tmp/stderr" | grep -E 'assert|[Aa]bort|Segm|lost' &&
+    fail "$name: seed $seed: nbdkit crashed or lost data"
+  "$srcdir/compare-model.py" "$tmp/disk" "$tmp/model" ||
+    fail "$name: seed $seed: an acknowledged write is lost"
+}

@@ -22,19 +22,9 @@ run ()
 {
   local name=$1 rate=$2 seed=$3 filters=$4 params=$5
   echo "== $name, error-rate=$rate, seed $seed"
-  rm -f "$tmp/disk"; truncate -s $size "$tmp/disk"
   # shellcheck disable=SC2086
-  nbdkit -U - $filters --filter=error file "$tmp/disk" \
-    error=EIO error-rate=$rate $params \
-    --run "$srcdir/wb-fault-client.py $seed \$uri $size $tmp/model --ops $ops" \
-    2> "$tmp/stderr" || {
-      grep -v injecting "$tmp/stderr" | tail -20 >&2
-      fail "$name, rate $rate: seed $seed"
-    }
-  grep -v injecting "$tmp/stderr" | grep -E 'assert|[Aa]bort|Segm|lost' &&
-    fail "$name, rate $rate: seed $seed: nbdkit crashed or lost data"
-  "$srcdir/compare-model.py" "$tmp/disk" "$tmp/model" ||
-    fail "$name, rate $rate: seed $seed: an acknowledged write is lost"
+  wb_fault_case "$name, rate $rate" "$seed" "" $filters --filter=error \
+    file "$tmp/disk" error=EIO error-rate=$rate $params
   deferred=$(grep -c 'deferred write' "$tmp/stderr" || :)
   total_deferred=$((total_deferred + deferred))
   echo "deferred write failures: $deferred"

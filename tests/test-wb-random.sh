@@ -28,36 +28,14 @@ run ()
 {
   local name=$1 rate=$2 seed=$3 args=$4 filters=$5 params=$6
   echo "== $name, error-rate=$rate, seed $seed"
-  rm -f "$tmp/disk"; truncate -s $size "$tmp/disk"
   # shellcheck disable=SC2086
-  nbdkit -U - --filter="$FILTER" $filters --filter=error file "$tmp/disk" \
-    error=EIO error-rate=$rate $params $wb \
-    --run "$srcdir/wb-fault-client.py $seed \$uri $size $tmp/model --ops $ops $args" \
-    2> "$tmp/stderr" || {
-      grep -v injecting "$tmp/stderr" | tail -20 >&2
-      fail "$name, rate $rate: seed $seed"
-    }
-  grep -v injecting "$tmp/stderr" | grep -E 'assert|[Aa]bort|Segm|lost' &&
-    fail "$name, rate $rate: seed $seed: nbdkit crashed or lost data"
-  "$srcdir/compare-model.py" "$tmp/disk" "$tmp/model" ||
-    fail "$name, rate $rate: seed $seed: an acknowledged write is lost"
+  wb_fault_case "$name, rate $rate" "$seed" "$args" --filter="$FILTER" \
+    $filters --filter=error file "$tmp/disk" error=EIO error-rate=$rate \
+    $params $wb
 }
 
 # A plugin slow without nbdkit_nanosleep: every write sleeps 5 ms.
-cat > "$tmp/slow.sh" <<SHEOF
-#!/usr/bin/env bash
-disk="$tmp/disk"
-case "\$1" in
-  get_size) stat -L -c %s "\$disk" ;;
-  pread) dd if="\$disk" skip=\$4 count=\$3 iflag=skip_bytes,count_bytes \
-           status=none ;;
-  pwrite) sleep 0.005
-          dd of="\$disk" seek=\$4 oflag=seek_bytes conv=notrunc status=none ;;
-  can_write|can_flush|can_trim|flush|trim) exit 0 ;;
-  *) exit 2 ;;
-esac
-SHEOF
-chmod +x "$tmp/slow.sh"
+slow_sh_plugin "$tmp/slow.sh" "$tmp/disk" 0.005
 
 # sigterm STACK RATE SEED OPS: the server started by hand (nbdkit --run
 # ignores the status of a server it stops).

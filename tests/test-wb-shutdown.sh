@@ -49,21 +49,7 @@ stop_case ()
 stop_case delay --filter=delay file "$tmp/disk" wdelay=20ms
 
 # A plugin whose slowness is not nbdkit_nanosleep: everything arrives.
-cat > "$tmp/slow.sh" <<SHEOF
-#!/usr/bin/env bash
-disk="$tmp/disk"
-case "\$1" in
-  get_size) stat -L -c %s "\$disk" ;;
-  pread) dd if="\$disk" skip=\$4 count=\$3 iflag=skip_bytes,count_bytes \
-           status=none ;;
-  pwrite) sleep 0.02
-          dd of="\$disk" seek=\$4 oflag=seek_bytes conv=notrunc status=none ;;
-  can_write|can_flush) exit 0 ;;
-  flush) exit 0 ;;
-  *) exit 2 ;;
-esac
-SHEOF
-chmod +x "$tmp/slow.sh"
+slow_sh_plugin "$tmp/slow.sh" "$tmp/disk" 0.02
 stop_case slow-sh sh "$tmp/slow.sh"
 [ "$(cat "$tmp/arrived")" -eq 32 ] ||
   fail "slow-sh: a plugin that can still write lost acknowledged writes"
