@@ -233,11 +233,10 @@ reshape_close (void *handle)
   free (h);
 }
 
-/* Without multi-conn, staged writes belong to one connection: no
- * readahead then while write-back is on.  (It was needed while the
- * connections shared one cache, which one could fill around another's
- * staged writes; each now has its own then (conn_cache), and the
- * pairing is left off until it is tested.)
+/* Over a plugin without multi-conn each connection has a read cache
+ * of its own (conn_cache) while staged writes are the export's: a
+ * cache could be filled around another connection's staged writes.
+ * No test covers that pairing, so readahead stays off for it.
  */
 static bool
 readahead_on (const struct handle *h)

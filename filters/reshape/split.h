@@ -5,7 +5,8 @@
  * The bottom of the filter: client-sized operations become plugin
  * requests, cut at the geometry's size, capped at its maximum, partial
  * minimum blocks done by read-modify-write under block-range locks.
- * Every request the plugin gets, but flush, comes through here.
+ * Every request the plugin gets comes through here (flush too, so
+ * that the statistics count it).
  */
 
 #ifndef NBDKIT_RESHAPE_SPLIT_H
