@@ -286,8 +286,9 @@ writeback_open (struct wb_conn *wc, struct writeback *wb, bool shared,
    * read-only ones, say), and a shared block over another
    * connection's own would stage the same bytes twice, written back
    * in the order of the blocks, not of the writes.  The first
-   * connection decides (no block outlives the last one); one that
-   * disagrees does not stage.
+   * connection while none is open decides (blocks left by earlier
+   * ones belong to no connection, so either answer sees them); one
+   * that disagrees does not stage.
    */
   if (wb->conns == 0)
     wb->shared = shared;
