@@ -14,10 +14,9 @@
 #   3  pool workers sockbuf tune
 #   4  cut profile
 #   5  split cache
-#   6  fill writeback
-#   7  window grain
-#   8  readahead export
-#   9  reshape (the nbdkit callbacks and the order of the stages)
+#   6  stream writeback
+#   7  export
+#   8  reshape (the nbdkit callbacks and the order of the stages)
 source "$srcdir/functions.sh"
 requires nm --version
 
@@ -28,10 +27,9 @@ layers="
 3 pool workers sockbuf tune
 4 cut profile
 5 split cache
-6 fill writeback
-7 window grain
-8 readahead export
-9 reshape
+6 stream writeback
+7 export
+8 reshape
 "
 src="$srcdir/../filters/reshape"
 objs="$builddir/../filters/reshape/.libs"

@@ -7,7 +7,7 @@
  * decoded whole, parallel or serializing requests, a noisy machine, a
  * slow start) and a client's stream of small reads (its size, how
  * many misses pass before a sample's time comes back).  The stream's
- * misses go through learn_fetch exactly as readahead.c and grain.c
+ * misses go through learn_fetch exactly as stream.c
  * send them: a sample's plugin call is timed by the model, every call
  * is recorded (learn_record), and the sample's time is handed back
  * (learn_sample) some misses later.  No clock, no thread: the same

@@ -42,11 +42,11 @@
 #include "export.h"
 #include "pool.h"
 #include "profile.h"
-#include "readahead.h"
 #include "sockbuf.h"
 #include "split.h"
 #include "stage.h"
 #include "stats.h"
+#include "stream.h"
 #include "tunables.h"
 #include "tune.h"
 #include "workers.h"
@@ -63,7 +63,7 @@ struct handle {
   struct cache *cache;          /* readahead's: see conn_cache */
   int next_cache;               /* the layer below's can_cache */
   struct split_conn split;
-  struct readahead ra;
+  struct stream stream;
   struct wb_conn wb;
   struct sockbuf_conn sb;
 };
@@ -216,7 +216,7 @@ reshape_open (nbdkit_next_open *next, nbdkit_context *nxdata,
     free (h);
     return NULL;
   }
-  readahead_init (&h->ra);
+  stream_init (&h->stream);
   sockbuf_open (&h->sb);
   return h;
 }
@@ -228,7 +228,7 @@ reshape_close (void *handle)
 
   if (h->cache && h->cache != h->exp->cache)
     cache_free (h->cache);
-  readahead_destroy (&h->ra);
+  stream_destroy (&h->stream);
   export_put (h->exp);
   free (h);
 }
@@ -382,7 +382,7 @@ reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
   struct call c;
   struct down d;
   struct wb_claim claim;
-  struct ra_ahead ahead = { .due = false };
+  struct stream_ahead ahead = { .due = false };
   int r;
 
   stats_client (OP_PREAD, count);
@@ -394,13 +394,14 @@ reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
    * what it overlaps from the caches.
    */
   writeback_begin (&h->wb, &c.io, offset, offset + count, &claim);
+  r = STREAM_PASS;
   if (readahead_on (h) && !(c.io.tune && tune_fast (c.io.tune)))
-    r = readahead_pread (&h->ra, h->cache, &c.io, &d,
-                         buf, count, offset, &ahead, err);
-  else
+    r = stream_pread (&h->stream, h->cache, &c.io, &d,
+                      buf, count, offset, &ahead, err);
+  if (r == STREAM_PASS)
     r = down_pread (&c, buf, count, offset, err);
   writeback_end_read (&claim, buf, count, offset, r == 0);
-  readahead_fetch_ahead (&h->ra, h->cache, &c.io, &d, &ahead);
+  stream_fetch_ahead (&h->stream, h->cache, &c.io, &d, &ahead);
   return r;
 }
 
@@ -508,7 +509,8 @@ reshape_cache (nbdkit_next *next, void *handle, uint32_t count,
     return split_cache (&c.io, count, offset, flags, err);
   }
   down_init (&d, &c);
-  return readahead_cache (h->cache, &c.io, &d, count, offset);
+  stream_cache (h->cache, &c.io, &d, count, offset);
+  return 0;
 }
 
 static int

@@ -60,7 +60,7 @@
  */
 #define PLUGIN_SLOW_NS (50 * 1000)
 
-/* Streams (readahead.c): reads in a row that each came alone make a
+/* Streams (stream.c): reads in a row that each came alone make a
  * client that waits for each read; how far out of order a pipelining
  * client's reads arrive, in reads [nbdcopy keeps 64 in flight].
  */
@@ -78,7 +78,7 @@
  */
 #define CACHE_CHUNKS 512
 /* A fill that another fill in progress may hold is tried so many times
- * (grain.c) before the read goes to the plugin as it is.
+ * (stream.c) before the read goes to the plugin as it is.
  */
 #define FILL_TRIES 3
 

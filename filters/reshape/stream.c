@@ -1,0 +1,716 @@
+/* nbdkit-reshape-filter
+ * Copyright the nbdkit-reshape-filter authors.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * A connection's stream of reads.  Each connection watches whether its
+ * reads follow each other (within REORDER reads of where the last one
+ * ended: a pipelining client's replies come out of order), and how:
+ *
+ *   - Windows.  Reads that each come alone (ALONE_RUN in a row) are a
+ *     client that waits for each read, and pays the plugin's latency
+ *     once per read; a window read ahead into the cache pays it once
+ *     per window.  The window starts at the request size and doubles
+ *     while the stream goes on, up to reshape-readahead, and collapses
+ *     at the first read elsewhere, so random reads are never
+ *     amplified.  Only where a call costs time: the stream's direct
+ *     reads are timed, and a plugin that answered any of them faster
+ *     than PLUGIN_SLOW_NS (memory, or files in the page cache, which
+ *     the kernel reads ahead already) gets no window.
+ *
+ *   - Grains (reshape-size=auto).  A stream that ever had reads in
+ *     flight together is a pipelining client's for good (once the
+ *     cache serves it, its reads come and go one at a time and would
+ *     look alone).  Where the plugin's cost is flat up to a grain
+ *     larger than a read (a cluster decoded whole) and grains pay
+ *     (tune.c), a small read that misses fetches the aligned grain
+ *     that holds it, once, for the neighbours in flight with it; a
+ *     stream that goes on from its last run (or a little past its end)
+ *     fetches the next run of twice as many grains, up to the window
+ *     cap, and a read served from the cache half way through the last
+ *     run has the next fetched before the stream reaches it, never
+ *     more than one run past the read.  While the export is being
+ *     learnt, the stream's misses are the learning's instead: each
+ *     goes as it is, or fetches one aligned block alone (one plugin
+ *     call), timed if it is a sample.
+ *
+ *   - Fills.  Windows and grains fill the cache the same way: a fill
+ *     is begun in the cache before it reads, so that the reads it
+ *     holds wait for it rather than read again; it reads into a pool
+ *     buffer in one split read (cut where the learnt model says, in
+ *     pieces that run at once), serves the read that made it, and
+ *     leaves the buffer to the cache.  A fill that cannot be made, is
+ *     not kept, or fails costs the client's read nothing: it goes to
+ *     the plugin alone (bytes it did not ask for may be what failed).
+ *
+ * A read the cache holds is served from it, whoever filled it; one a
+ * fill in progress holds waits for it.  Anything else, and reads that
+ * are not part of a stream (also one that repeats the last read), go
+ * to the plugin as they are, timed (windows need the plugin's
+ * latency).  Whether a connection has a stream at all
+ * (reshape-readahead, write-back without multi-conn) is reshape.c's
+ * decision.
+ */
+
+#include <config.h>
+
+#include <string.h>
+
+#include <nbdkit-filter.h>
+
+#include "cache.h"
+#include "common.h"
+#include "params.h"
+#include "pool.h"
+#include "split.h"
+#include "stage.h"
+#include "stats.h"
+#include "stream.h"
+#include "tunables.h"
+#include "tune.h"
+
+void
+stream_init (struct stream *s)
+{
+  pthread_mutex_init (&s->lock, NULL);
+  s->last = s->next = UINT64_MAX;
+  s->in_flight = 0;
+  s->alone_run = 0;
+  s->pipelined = false;
+  s->window = 0;
+  s->latency = UINT64_MAX;
+  s->run_lo = s->run_hi = 0;
+}
+
+void
+stream_destroy (struct stream *s)
+{
+  pthread_mutex_destroy (&s->lock);
+}
+
+/* A client's read: [offset, offset+count) into buf (NULL: nobody
+ * waits, the fill is a fetch ahead).
+ */
+struct read_req {
+  void *buf;
+  uint32_t count;
+  uint64_t offset;
+};
+
+/* What the stream makes of a read (stream_begin). */
+struct seen {
+  bool in_stream;           /* near where the stream was */
+  bool pipelined;           /* its client keeps reads in flight */
+  unsigned in_flight;       /* the stream's reads in flight, with it */
+  uint32_t window;          /* the window to fill for it, 0: none */
+};
+
+/* What became of a fill. */
+enum fill_result {
+  FILL_KEPT,                /* in the cache */
+  FILL_LOST,                /* not kept, or not made (no memory, staged
+                               writes there, over budget) */
+  FILL_FAILED,              /* the plugin failed it */
+};
+
+/* The largest fill: reshape-readahead, within what the pool can lend
+ * one request, in whole minimum blocks (a fill ending inside a block
+ * would need a bounce buffer).
+ */
+static uint32_t
+fill_cap (const struct geometry *geo)
+{
+  return round_down (min_u64 (reshape_cfg.readahead,
+                              pool_largest (POOL_REQUEST)), geo->min);
+}
+
+/* --- The stream's state, under its lock. --- */
+
+/* Does rq lie within the stream's last read?  Then it reads the same
+ * place again, which is no stream (a client polling one place), even
+ * though it is near where the stream was.  Lock held.
+ */
+static bool
+repeats_last (const struct stream *s, const struct read_req *rq)
+{
+  return rq->offset >= s->last && rq->offset + rq->count <= s->next;
+}
+
+/* The window for a read of count bytes (lock held): a read that does
+ * not continue the stream starts it anew; one that does, in a stream
+ * of reads that each came alone, over a plugin whose direct reads in
+ * this stream took PLUGIN_SLOW_NS or more, gets a window twice the
+ * last, from the request size up to cap.
+ */
+static uint32_t
+next_window (struct stream *s, const struct geometry *geo, uint32_t cap,
+             uint32_t count, bool continues, bool waits)
+{
+  uint32_t size = 0;
+
+  if (!continues)
+    s->latency = UINT64_MAX;            /* a new stream: time it anew */
+  else if (count < geo->size && waits && s->latency != UINT64_MAX &&
+           s->latency >= PLUGIN_SLOW_NS)
+    size = min_u64 (s->window ? s->window * 2 : geo->size, cap);
+  s->window = size;
+  return size < geo->size ? 0 : size;
+}
+
+/* Record rq as in flight in the stream, and what it is to it;
+ * stream_end must follow.
+ */
+static void
+stream_begin (struct stream *s, const struct geometry *geo,
+              const struct read_req *rq, struct seen *v)
+{
+  const uint64_t reach = (uint64_t) REORDER * rq->count;
+  const uint32_t cap = fill_cap (geo);
+  bool continues, waits;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
+
+  v->in_stream = s->next != UINT64_MAX && !repeats_last (s, rq) &&
+    rq->offset + reach >= s->next && rq->offset <= s->next + reach;
+  if (!v->in_stream) {                  /* the stream broke off */
+    s->pipelined = false;
+    s->run_lo = s->run_hi = 0;
+  }
+  /* A pipelining client's queue runs empty now and then (between its
+   * work chunks): only a run of reads that each came alone counts.
+   */
+  if (++s->in_flight > 1)
+    s->alone_run = 0, s->pipelined = true;
+  else if (s->alone_run < ALONE_RUN)
+    s->alone_run++;
+  continues = rq->offset == s->next;
+  waits = s->alone_run >= ALONE_RUN && !s->pipelined;
+  v->pipelined = s->pipelined;
+  v->in_flight = s->in_flight;
+  s->last = rq->offset;
+  s->next = rq->offset + rq->count;
+  v->window = next_window (s, geo, cap, rq->count, continues, waits);
+}
+
+static void
+stream_end (struct stream *s)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
+
+  s->in_flight--;
+}
+
+/* A direct read of the stream took ns (0: it failed).  The fastest
+ * decides: one read delayed by the scheduler does not start a window.
+ */
+static void
+stream_timed (struct stream *s, uint64_t ns)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
+
+  if (ns && ns < s->latency)
+    s->latency = ns;
+}
+
+/* A window failed: else every read after would try the same failing
+ * fill first.  Windows start again from the smallest.
+ */
+static void
+window_failed (struct stream *s)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
+
+  s->window = 0;
+  s->latency = UINT64_MAX;
+}
+
+/* A run of grains failed: the next starts afresh. */
+static void
+runs_reset (struct stream *s)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
+
+  s->run_lo = s->run_hi = 0;
+}
+
+/* A fill of the stream's last run that the cache did not keep: the
+ * next run is half as long instead of twice, so that a cache too small
+ * for the runs is not sent ever larger ones to throw away.
+ */
+static void
+run_lost (struct stream *s, const struct cache_fill *f)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
+
+  if (s->run_lo == f->lo && s->run_hi == f->hi)
+    s->run_lo = f->hi - (f->hi - f->lo) / 4;
+}
+
+/* --- Fills. --- */
+
+/* The read as it is, to the stage below (nobody's: nothing to do). */
+static int
+pass_down (const struct down *down, const struct read_req *rq, int *err)
+{
+  if (rq->buf == NULL)
+    return 0;
+  return down->pread (down->opaque, rq->buf, rq->count, rq->offset, err);
+}
+
+/* A buffer for the fill, if it may be made: staged writes in its
+ * range go first, and where some stay staged (held by a request, or
+ * refused by the plugin) the fill would keep what the plugin has
+ * instead of them.  (This never waits for a staged block: a read
+ * waiting for the fill may hold one.)  NULL: not made.
+ */
+static char *
+fill_buffer (const struct down *down, const struct cache_fill *f)
+{
+  if (!down->window_ok (down->opaque, f->lo, f->hi))
+    return NULL;
+  return pool_get (POOL_REQUEST, f->hi - f->lo);
+}
+
+/* Read [f->lo, f->hi), a fill begun in the cache, into it, then serve
+ * rq from it, or alone if the fill is lost or fails.  *took (if not
+ * NULL): the plugin read's time, 0 if it was not made or failed.
+ */
+static int
+fill_read (struct cache *cache, const struct io *io, const struct down *down,
+           struct cache_fill *f, const struct read_req *rq, uint64_t *took,
+           enum fill_result *result, int *err)
+{
+  const uint32_t len = f->hi - f->lo;
+  char *data = fill_buffer (down, f);
+  uint64_t start;
+  int r;
+
+  if (took)
+    *took = 0;
+  if (data == NULL) {
+    cache_fill_end (cache, f, NULL, 0, false);
+    stats_add (C_RA_LOST, 1);
+    *result = FILL_LOST;
+    return pass_down (down, rq, err);
+  }
+  /* A timed fill times the plugin, not the first touch of fresh
+   * memory (a new pool buffer faults its pages in as it is written).
+   */
+  if (took)
+    memset (data, 0, len);
+  start = now_ns ();
+  r = split_pread_as (io, data, len, f->lo, true, err);
+  if (r == 0 && took)
+    *took = now_ns () - start;
+  if (r == 0) {
+    if (rq->buf)
+      memcpy (rq->buf, data + (rq->offset - f->lo), rq->count);
+    stats_add (C_RA_FILLED, len);
+  }
+  *result = r == 0 ? FILL_KEPT : FILL_FAILED;
+  if (!cache_fill_end (cache, f, data, len, r == 0)) {
+    pool_put (POOL_REQUEST, data, len);
+    if (r == 0) {
+      stats_add (C_RA_LOST, 1);
+      *result = FILL_LOST;
+    }
+  }
+  if (r == -1)
+    r = pass_down (down, rq, err);
+  return r;
+}
+
+/* If a fill in progress holds rq, wait for it and serve rq from the
+ * cache; true if served.  held: the cache was seen to hold rq a moment
+ * ago, look again even if nothing was waited for.
+ */
+static bool
+fill_wait (struct cache *cache, bool held, const struct read_req *rq)
+{
+  if (!cache_wait_fill (cache, rq->offset, rq->offset + rq->count) && !held)
+    return false;
+  if (!cache_read (cache, rq->offset, rq->count, rq->buf))
+    return false;
+  stats_add (C_RA_HITS, 1);
+  return true;
+}
+
+/* --- Windows. --- */
+
+/* Fill the window of size bytes for rq: from the grain holding the
+ * read (reshape-size=auto: a grain costs what any part of it costs) or
+ * else the block, rounded out to whole blocks and clipped at the end
+ * of the export.
+ */
+static int
+window_read (struct stream *s, struct cache *cache, const struct io *io,
+             const struct down *down, uint32_t size,
+             const struct read_req *rq, int *err)
+{
+  const struct geometry *geo = io->geo;
+  struct tune_sizes learnt = { 0 };
+  enum fill_result result = FILL_LOST;
+  struct cache_fill f;
+  uint64_t lo, hi;
+  int r;
+
+  stats_add (C_RA_MISSES, 1);
+  if (io->tune)
+    tune_sizes (io->tune, &learnt);
+  lo = round_down (rq->offset, max_u64 (geo->min, learnt.grain));
+  hi = max_u64 (lo + size, round_up (rq->offset + rq->count, geo->min));
+  hi = min_u64 (hi, geo->exportsize);
+  if (cache_fill_begin (cache, &f, lo, hi, rq->offset,
+                        rq->offset + rq->count))
+    r = fill_read (cache, io, down, &f, rq, NULL, &result, err);
+  else
+    r = pass_down (down, rq, err);
+  if (result == FILL_FAILED)
+    window_failed (s);
+  return r;
+}
+
+/* --- Grains. --- */
+
+/* How a read in the stream that missed the cache is served, as tune.c
+ * says (tune_stream_fetch), if the block is whole minimum blocks that
+ * the pool can lend and the plugin take in one call; else tf->size is
+ * 0: the read goes as it is.
+ */
+static void
+learnt_fetch (const struct io *io, uint32_t count, unsigned in_flight,
+              struct tune_fetch *tf)
+{
+  const struct geometry *geo = io->geo;
+  const uint64_t cap = min_u64 (min_u64 (pool_largest (POOL_REQUEST),
+                                         geo->max), geo->exportsize);
+
+  *tf = (struct tune_fetch) { .size = 0 };
+  if (io->tune == NULL)
+    return;
+  tune_stream_fetch (io->tune, count, in_flight, cap, tf);
+  if (tf->size && (tf->size % geo->min || tf->size > cap)) {
+    tune_sample_done (io->tune, tf, 0);
+    tf->rung = 0;
+    tf->size = 0;
+  }
+}
+
+/* The longest run: the largest window, but at least a grain. */
+static uint64_t
+run_cap (const struct io *io, uint32_t grain)
+{
+  return max_u64 (round_down (fill_cap (io->geo), grain), grain);
+}
+
+/* The stream's next run after its last, up to need at least: twice as
+ * many grains as the last, up to run_cap, ending no further than one
+ * run_cap past rq, clipped at the end of the export; recorded as the
+ * stream's last run and begun in the cache (f) for rq (count 0: a
+ * fetch ahead, nobody asked), so that the stream's reads that find it
+ * claimed wait for it.  False if there is nothing to fetch, or the
+ * budget refuses it (the runs then start again).  Lock held.
+ */
+static bool
+claim_after (struct stream *s, struct cache *cache, const struct io *io,
+             uint32_t grain, uint64_t need, const struct read_req *rq,
+             struct cache_fill *f)
+{
+  const uint64_t last = s->run_hi - s->run_lo;
+  const uint64_t lo = s->run_hi;
+  const uint64_t cap = run_cap (io, grain);
+  const uint64_t reach = round_down (rq->offset, grain) + cap;
+  /* Whole grains: a run ending inside a grain would split it between
+   * two fetches, each paying for all of it.
+   */
+  uint64_t len = min_u64 (max_u64 (round_down (2 * last, grain), grain),
+                          cap);
+
+  if (lo + len > reach)
+    len = reach > lo ? round_down (reach - lo, grain) : 0;
+  if (need > lo)
+    len = max_u64 (len, need - lo);
+  if (len == 0 || lo >= io->geo->exportsize)
+    return false;
+  s->run_lo = lo;
+  s->run_hi = min_u64 (lo + len, io->geo->exportsize);
+  if (!cache_fill_begin (cache, f, s->run_lo, s->run_hi, rq->offset,
+                         rq->offset + rq->count)) {
+    s->run_lo = s->run_hi = 0;
+    return false;
+  }
+  return true;
+}
+
+/* What a read does about grains. */
+enum run_plan {
+  RUN_NONE,                 /* goes as it is */
+  RUN_NEXT,                 /* f is begun: the stream's next run */
+  RUN_ALONE,                /* its own grain, [f->lo, f->hi), not begun */
+};
+
+static enum run_plan
+run_plan (struct stream *s, struct cache *cache, const struct io *io,
+          uint32_t grain, const struct read_req *rq, struct cache_fill *f)
+{
+  const uint64_t lo = round_down (rq->offset, grain);
+  const uint64_t hi = min_u64 (lo + grain, io->geo->exportsize);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
+
+  if (rq->offset + rq->count > lo + grain)      /* across two grains */
+    return RUN_NONE;
+  if (lo >= s->run_hi && s->run_hi > s->run_lo &&
+      hi - s->run_hi <= run_cap (io, grain))
+    return claim_after (s, cache, io, grain, hi, rq, f) ?
+      RUN_NEXT : RUN_NONE;
+  if (lo >= s->run_hi) {                /* a new run starts here */
+    if (!cache_fill_begin (cache, f, lo, hi, rq->offset,
+                           rq->offset + rq->count))
+      return RUN_NONE;
+    s->run_lo = lo;
+    s->run_hi = hi;
+    return RUN_NEXT;
+  }
+  /* Within or behind the stream's runs: a read racing the run that
+   * holds it, or one whose grain the run did not keep (a write made
+   * it stale, the cache gave it up): its grain alone.
+   */
+  f->lo = lo;
+  f->hi = hi;
+  return RUN_ALONE;
+}
+
+/* Read run f for rq, and what the stream makes of the outcome. */
+static int
+run_read (struct stream *s, struct cache *cache, const struct io *io,
+          const struct down *down, struct cache_fill *f,
+          const struct read_req *rq, int *err)
+{
+  enum fill_result result;
+  int r;
+
+  stats_add (C_RA_GRAINS, 1);
+  r = fill_read (cache, io, down, f, rq, NULL, &result, err);
+  if (result == FILL_LOST)
+    run_lost (s, f);
+  else if (result == FILL_FAILED)
+    runs_reset (s);
+  return r;
+}
+
+/* Fetch the block [f->lo, f->hi) for rq within it, unless a fill in
+ * progress holds rq (then that is waited for; a few times at most, if
+ * writes keep making what is fetched stale); alone if the budget
+ * refuses it.  *took (if not NULL): the plugin read's time, 0 if none
+ * was made by this read.
+ */
+static int
+block_read (struct stream *s, struct cache *cache, const struct io *io,
+            const struct down *down, struct cache_fill *f,
+            const struct read_req *rq, uint64_t *took, int *err)
+{
+  enum fill_result result;
+  unsigned tries;
+  int r;
+
+  if (took)
+    *took = 0;
+  for (tries = 0; tries < FILL_TRIES; tries++) {
+    switch (cache_fill_begin_unless (cache, f, f->lo, f->hi, rq->offset,
+                                     rq->offset + rq->count)) {
+    case 1:
+      stats_add (C_RA_GRAINS, 1);
+      r = fill_read (cache, io, down, f, rq, took, &result, err);
+      if (result == FILL_FAILED)
+        runs_reset (s);
+      return r;
+    case 0:
+      if (fill_wait (cache, true, rq))
+        return 0;
+      break;
+    default:
+      return pass_down (down, rq, err);
+    }
+  }
+  return pass_down (down, rq, err);
+}
+
+/* The aligned block of tf->size bytes holding rq, fetched alone (the
+ * learning's: one plugin call), timed if it is a sample.
+ */
+static int
+block_alone (struct stream *s, struct cache *cache, const struct io *io,
+             const struct down *down, const struct tune_fetch *tf,
+             const struct read_req *rq, int *err)
+{
+  struct cache_fill f;
+  uint64_t took = 0;
+  int r;
+
+  f.lo = round_down (rq->offset, tf->size);
+  f.hi = min_u64 (f.lo + tf->size, io->geo->exportsize);
+  if (rq->offset + rq->count > f.hi)
+    r = pass_down (down, rq, err);
+  else
+    r = block_read (s, cache, io, down, &f, rq, tf->rung ? &took : NULL,
+                    err);
+  if (tf->rung)
+    tune_sample_done (io->tune, tf, took);
+  return r;
+}
+
+/* Serve rq by tf->size: one block alone (the learning's), or the
+ * stream's runs of grains.
+ */
+static int
+grains_read (struct stream *s, struct cache *cache, const struct io *io,
+             const struct down *down, const struct tune_fetch *tf,
+             const struct read_req *rq, int *err)
+{
+  struct cache_fill f;
+
+  if (tf->alone)
+    return block_alone (s, cache, io, down, tf, rq, err);
+  switch (run_plan (s, cache, io, tf->size, rq, &f)) {
+  case RUN_NEXT:
+    return run_read (s, cache, io, down, &f, rq, err);
+  case RUN_ALONE:
+    return block_read (s, cache, io, down, &f, rq, NULL, err);
+  case RUN_NONE:
+    break;
+  }
+  return pass_down (down, rq, err);
+}
+
+/* rq was served from the cache half way or more through the stream's
+ * last run, in a stream that keeps reads in flight: the next run is
+ * due (begun in f; true).  Reads fetched in grains only: the learnt
+ * grain larger than the read, and one the pool can lend.
+ */
+static bool
+ahead_due (struct stream *s, struct cache *cache, const struct io *io,
+           const struct read_req *rq, struct cache_fill *f)
+{
+  const struct read_req nobody = { .buf = NULL, .offset = rq->offset };
+  struct tune_sizes learnt = { 0 };
+
+  if (io->tune)
+    tune_sizes (io->tune, &learnt);
+  if (learnt.grain <= rq->count ||
+      learnt.grain > pool_largest (POOL_REQUEST))
+    return false;
+
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
+  if (s->run_hi <= s->run_lo || s->run_hi >= io->geo->exportsize)
+    return false;
+  if (rq->offset < s->run_lo || rq->offset >= s->run_hi ||
+      rq->offset + rq->count <= s->run_lo + (s->run_hi - s->run_lo) / 2)
+    return false;
+  return claim_after (s, cache, io, learnt.grain, 0, &nobody, f);
+}
+
+/* --- Serving a read. --- */
+
+/* A read that misses the cache, in the stream or not. */
+static int
+read_missed (struct stream *s, struct cache *cache, const struct io *io,
+             const struct down *down, const struct seen *v,
+             const struct read_req *rq, int *err)
+{
+  struct tune_fetch tf = { .size = 0 };
+  uint64_t start, took = 0;
+  int r;
+
+  if (v->in_stream && fill_wait (cache, false, rq))
+    return 0;                           /* a fill in progress held it */
+  if (v->in_stream)
+    learnt_fetch (io, rq->count, v->in_flight, &tf);
+  if (tf.size)
+    return grains_read (s, cache, io, down, &tf, rq, err);
+  start = now_ns ();
+  r = pass_down (down, rq, err);
+  if (r == 0)
+    took = now_ns () - start;
+  stream_timed (s, took);
+  if (tf.rung)                          /* the base of a learning pair */
+    tune_sample_done (io->tune, &tf, took);
+  return r;
+}
+
+int
+stream_pread (struct stream *s, struct cache *cache, const struct io *io,
+              const struct down *down, void *buf, uint32_t count,
+              uint64_t offset, struct stream_ahead *ahead, int *err)
+{
+  const struct read_req rq = { .buf = buf, .count = count,
+                               .offset = offset };
+  struct seen v;
+  int r;
+
+  ahead->due = false;
+  /* Requests of the optimal size or larger are already what the plugin
+   * wants: no copy through the cache for them (reshape-size=SIZE; auto
+   * learns what that size is from them too).
+   */
+  if (count >= io->geo->size && io->tune == NULL)
+    return STREAM_PASS;
+  stream_begin (s, io->geo, &rq, &v);
+  if (v.window)
+    stats_max (C_RA_WINDOW, v.window);
+  if (cache_read (cache, offset, count, buf)) {
+    stats_add (C_RA_HITS, 1);
+    r = 0;
+    ahead->due = v.in_stream && v.pipelined && !v.window &&
+      ahead_due (s, cache, io, &rq, &ahead->f);
+  }
+  else if (v.window)
+    r = window_read (s, cache, io, down, v.window, &rq, err);
+  else
+    r = read_missed (s, cache, io, down, &v, &rq, err);
+  stream_end (s);
+  return r;
+}
+
+void
+stream_fetch_ahead (struct stream *s, struct cache *cache,
+                    const struct io *io, const struct down *down,
+                    struct stream_ahead *ahead)
+{
+  const struct read_req nobody = { .buf = NULL };
+  int ignored;                          /* no client's error */
+
+  if (!ahead->due)
+    return;
+  stats_add (C_RA_AHEAD, 1);
+  run_read (s, cache, io, down, &ahead->f, &nobody, &ignored);
+}
+
+void
+stream_cache (struct cache *cache, const struct io *io,
+              const struct down *down, uint32_t count, uint64_t offset)
+{
+  const struct geometry *geo = io->geo;
+  const uint64_t chunk = fill_cap (geo);
+  const uint64_t end = min_u64 (round_up (offset + count, geo->min),
+                                geo->exportsize);
+  const struct read_req nobody = { .buf = NULL };
+  enum fill_result result;
+  uint64_t lo = round_down (offset, geo->min);
+  int ignored;                          /* advice: no client's error */
+  struct cache_fill f;
+
+  if (chunk < geo->min)
+    return;
+  /* Chunks the cache holds already are skipped; the first that cannot
+   * be read in (over budget, lost, failed) ends it.
+   */
+  for (; lo < end; lo = min_u64 (lo + chunk, end)) {
+    const uint64_t hi = min_u64 (lo + chunk, end);
+    if (cache_holds (cache, lo, hi))
+      continue;
+    if (!cache_fill_begin (cache, &f, lo, hi, lo, lo))
+      break;
+    stats_add (C_RA_CACHED, f.hi - f.lo);
+    fill_read (cache, io, down, &f, &nobody, NULL, &result, &ignored);
+    if (result != FILL_KEPT)
+      break;
+  }
+}
