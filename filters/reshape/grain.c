@@ -278,7 +278,7 @@ learnt_grain (const struct io *io, uint32_t count)
   struct tune_sizes s = { 0 };
 
   if (io->tune)
-    tune_sizes (io->tune, &s);
+    tune_get_sizes (io->tune, &s);
   if (s.grain <= count || s.grain > pool_largest (POOL_REQUEST))
     return 0;
   return s.grain;

@@ -340,7 +340,8 @@ merge_one (struct tune *t, void *opaque)
 {
   struct entry e = { .stack = profile.stack };
 
-  if (strlen (tune_name (t)) > NBD_NAME_MAX || !tune_learnt (t, &e.geo, &e.l))
+  if (strlen (tune_name (t)) > NBD_NAME_MAX ||
+      !tune_get_learnt (t, &e.geo, &e.l))
     return;
   strcpy (e.name, tune_name (t));
   put_entry (opaque, &e);

@@ -288,7 +288,7 @@ reshape_prepare (nbdkit_next *next, void *handle, int readonly)
   if (reshape_cfg.size == 0) {
     tune_connect (h->exp->tune, &h->geo);
     profile_apply (h->exp->tune, &h->geo);
-    tune_sizes (h->exp->tune, &learnt);
+    tune_get_sizes (h->exp->tune, &learnt);
   }
   params_sizes (&h->geo, ppref, learnt.unit, learnt.preferred,
                 &h->preferred);

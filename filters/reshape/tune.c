@@ -185,7 +185,8 @@ tune_connect (struct tune *t, const struct geometry *geo)
 }
 
 bool
-tune_learnt (struct tune *t, struct geometry *geo, struct tune_learnt *l)
+tune_get_learnt (struct tune *t, struct geometry *geo,
+                 struct tune_learnt *l)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
@@ -214,7 +215,7 @@ tune_fast (struct tune *t)
 }
 
 void
-tune_sizes (struct tune *t, struct tune_sizes *s)
+tune_get_sizes (struct tune *t, struct tune_sizes *s)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 

@@ -48,13 +48,13 @@ extern void tune_connect (struct tune *t, const struct geometry *geo);
 /* What was learnt (false: nothing yet), for a profile to keep, and
  * what a profile kept, taken as learnt if nothing is yet.
  */
-extern bool tune_learnt (struct tune *t, struct geometry *geo,
-                         struct tune_learnt *l);
+extern bool tune_get_learnt (struct tune *t, struct geometry *geo,
+                             struct tune_learnt *l);
 extern void tune_teach (struct tune *t, const struct tune_learnt *l);
 /* Bumped whenever what is learnt changes (a profile saves then). */
 extern unsigned tune_generation (void);
 
-extern void tune_sizes (struct tune *t, struct tune_sizes *s);
+extern void tune_get_sizes (struct tune *t, struct tune_sizes *s);
 /* Learnt to have no latency: nothing the filter could read ahead,
  * fetch or cut for it pays, nor timing its calls.
  */

@@ -88,7 +88,7 @@ window_range (const struct io *io, uint32_t size, const struct read_req *rq,
   struct tune_sizes s = { 0 };
 
   if (io->tune)
-    tune_sizes (io->tune, &s);
+    tune_get_sizes (io->tune, &s);
   *lo = round_down (rq->offset, max_u64 (geo->min, s.grain));
   *hi = max_u64 (*lo + size, round_up (rq->offset + rq->count, geo->min));
   *hi = min_u64 (*hi, geo->exportsize);
