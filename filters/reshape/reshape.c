@@ -125,11 +125,11 @@ fail_at_exit (void)
 static void
 reshape_unload (void)
 {
-  profile_save (true);
+  profile_save (true, export_each);
   stats_report (reshape_cfg.stats_file, reshape_cfg.size,
-                reshape_cfg.size ? NULL : &tune_stats);
+                reshape_cfg.size ? NULL : &export_stats);
   profile_free ();
-  tune_free_all ();
+  export_free_all ();
   pool_free_all ();
   params_free ();
   if (lost_writes)
@@ -311,7 +311,7 @@ reshape_finalize (nbdkit_next *next, void *handle)
 
   call_init (&c, next, handle);
   writeback_close (&c.h->wb, &c.io);
-  profile_save (false);
+  profile_save (false, export_each);
   return 0;
 }
 
