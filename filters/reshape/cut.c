@@ -62,18 +62,18 @@ struct cut {
 struct cut *
 cut_new (void)
 {
-  struct cut *k = calloc (1, sizeof *k);
+  struct cut *choices = calloc (1, sizeof *choices);
 
-  if (k)
-    pthread_mutex_init (&k->lock, NULL);
-  return k;
+  if (choices)
+    pthread_mutex_init (&choices->lock, NULL);
+  return choices;
 }
 
 void
-cut_free (struct cut *k)
+cut_free (struct cut *choices)
 {
-  pthread_mutex_destroy (&k->lock);
-  free (k);
+  pthread_mutex_destroy (&choices->lock);
+  free (choices);
 }
 
 static const char *
@@ -90,9 +90,9 @@ dir_name (enum tune_dir d)
  * while its own time, all that the measuring sees, looks faster.
  */
 static unsigned
-lanes (struct cut *k)
+lanes (struct cut *choices)
 {
-  unsigned n = __atomic_load_n (&k->inflight, __ATOMIC_RELAXED);
+  unsigned n = __atomic_load_n (&choices->inflight, __ATOMIC_RELAXED);
 
   if (!reshape_cfg.parallel_ok)
     return 1;
@@ -125,10 +125,10 @@ best_cut (unsigned l, const struct cut_model *m, uint64_t count,
  * nothing known, only a measurement will tell); count if none.
  */
 static uint64_t
-proposal (struct cut *k, struct tune *t, enum tune_dir d, uint64_t count,
-          uint32_t max, double *gain)
+proposal (struct cut *choices, struct tune *t, enum tune_dir d,
+          uint64_t count, uint32_t max, double *gain)
 {
-  const unsigned l = lanes (k);
+  const unsigned l = lanes (choices);
   struct cut_model m;
   uint64_t piece;
 
@@ -151,7 +151,7 @@ proposal (struct cut *k, struct tune *t, enum tune_dir d, uint64_t count,
 }
 
 uint64_t
-cut_own (struct cut *k, struct tune *t, uint64_t count, uint32_t max)
+cut_own (struct cut *choices, struct tune *t, uint64_t count, uint32_t max)
 {
   struct cut_model m;
   uint64_t cut;
@@ -162,7 +162,7 @@ cut_own (struct cut *k, struct tune *t, uint64_t count, uint32_t max)
    */
   if (tune_model (t, &m) != 1 || count < 2 * m.grain)
     return min_u64 (count, max);
-  cut = best_cut (lanes (k), &m, count, max, &gain);
+  cut = best_cut (lanes (choices), &m, count, max, &gain);
   return gain >= CUT_GAIN ? cut : min_u64 (count, max);
 }
 
@@ -181,20 +181,20 @@ bandit_start (struct bandit *b, enum tune_dir d, double gain,
 }
 
 uint32_t
-cut_begin (struct cut *k, struct tune *t, enum tune_dir d, uint64_t count,
-           uint32_t max, struct cut_choice *c)
+cut_begin (struct cut *choices, struct tune *t, enum tune_dir d,
+           uint64_t count, uint32_t max, struct cut_choice *c)
 {
   struct bandit *b;
   double gain;
-  const uint64_t cut = proposal (k, t, d, count, max, &gain);
+  const uint64_t cut = proposal (choices, t, d, count, max, &gain);
   bool explore;
 
   c->cls = -1;
   if (cut >= count)
     return min_u64 (count, max);
-  __atomic_add_fetch (&k->inflight, 1, __ATOMIC_RELAXED);
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&k->lock);
-  b = &k->bandits[d][size_class (count)];
+  __atomic_add_fetch (&choices->inflight, 1, __ATOMIC_RELAXED);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&choices->lock);
+  b = &choices->bandits[d][size_class (count)];
   if (!b->used)
     bandit_start (b, d, gain, count, cut);
   /* Try the other option now and then: cutting only where the model
@@ -244,16 +244,16 @@ bandit_learn (struct bandit *b, enum tune_dir d, unsigned cls, int o,
 }
 
 void
-cut_end (struct cut *k, enum tune_dir d, const struct cut_choice *c,
-         bool ok)
+cut_end (struct cut *choices, enum tune_dir d,
+         const struct cut_choice *c, bool ok)
 {
   const double npb = (double) (now_ns () - c->start_ns) / c->count;
 
   if (c->cls < 0)
     return;
-  __atomic_sub_fetch (&k->inflight, 1, __ATOMIC_RELAXED);
+  __atomic_sub_fetch (&choices->inflight, 1, __ATOMIC_RELAXED);
   if (!ok)                      /* a failure's time tells nothing */
     return;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&k->lock);
-  bandit_learn (&k->bandits[d][c->cls], d, c->cls, c->cut, npb);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&choices->lock);
+  bandit_learn (&choices->bandits[d][c->cls], d, c->cls, c->cut, npb);
 }

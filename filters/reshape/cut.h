@@ -18,7 +18,7 @@ struct cut;
 
 /* NULL on failure, with errno set. */
 extern struct cut *cut_new (void);
-extern void cut_free (struct cut *k);
+extern void cut_free (struct cut *choices);
 
 /* Where to cut one request of count bytes: cut_begin returns the step
  * (count itself: do not cut), cut_end tells how long the whole request
@@ -31,17 +31,17 @@ struct cut_choice {
   uint64_t count;
   uint64_t start_ns;
 };
-extern uint32_t cut_begin (struct cut *k, struct tune *t, enum tune_dir d,
-                           uint64_t count, uint32_t max,
+extern uint32_t cut_begin (struct cut *choices, struct tune *t,
+                           enum tune_dir d, uint64_t count, uint32_t max,
                            struct cut_choice *c);
-extern void cut_end (struct cut *k, enum tune_dir d,
+extern void cut_end (struct cut *choices, enum tune_dir d,
                      const struct cut_choice *c, bool ok);
 
 /* Where to cut a read the filter makes itself (a run of grains): no
  * client chose its size, so the learnt model alone decides, with no
  * exploring.  Returns the step; count: whole.
  */
-extern uint64_t cut_own (struct cut *k, struct tune *t, uint64_t count,
+extern uint64_t cut_own (struct cut *choices, struct tune *t, uint64_t count,
                          uint32_t max);
 
 #endif /* NBDKIT_RESHAPE_CUT_H */

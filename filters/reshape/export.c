@@ -2,8 +2,11 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * The export registry.  Its lock is taken only when a connection opens
- * or closes.
+ * The export registry: one entry per export name, holding the name's
+ * learning and what the connections of its plain and TLS clients
+ * share.  Its lock is taken only when a connection opens or closes,
+ * and by the rare walks over every name (a profile saved, the
+ * report); never on a request's path.
  */
 
 #include <config.h>
@@ -19,66 +22,148 @@
 #include "common.h"
 #include "cut.h"
 #include "export.h"
+#include "tunables.h"
 #include "tune.h"
 #include "writeback.h"
 
+/* One export name.  Kept while no connection holds it, for its
+ * learning.
+ */
+struct entry {
+  char *name;
+  struct tune *tune;
+  struct export by_tls[2];              /* plain, TLS */
+  struct entry *next;                   /* most recently used first */
+};
+
 static struct {
   pthread_mutex_t lock;
-  struct export *list;
+  struct entry *list;
+  unsigned count;
 } registry = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
+/* What the export's connections share: made at the first. */
+static int
+export_open (struct export *exp, const char *name)
+{
+  exp->cache = cache_new ();
+  exp->wb = writeback_get (name, exp->tls);
+  exp->cut = cut_new ();
+  return exp->cache && exp->wb && exp->cut ? 0 : -1;
+}
+
+/* And freed at the last close (or a failed open). */
 static void
-export_free (struct export *exp)
+export_close (struct export *exp)
 {
   if (exp->cache)
     cache_free (exp->cache);
   if (exp->wb)
     writeback_put (exp->wb);
-  if (exp->tune)
-    tune_put (exp->tune);
   if (exp->cut)
     cut_free (exp->cut);
-  free (exp->name);
-  free (exp);
+  exp->cache = NULL;
+  exp->wb = NULL;
+  exp->cut = NULL;
 }
 
-static struct export *
-export_new (const char *name, bool tls)
+static void
+entry_free (struct entry *e)
 {
-  struct export *exp = calloc (1, sizeof *exp);
+  export_close (&e->by_tls[false]);
+  export_close (&e->by_tls[true]);
+  if (e->tune)
+    tune_free (e->tune);
+  free (e->name);
+  free (e);
+}
 
-  if (exp == NULL)
+static bool
+entry_held (const struct entry *e)
+{
+  return e->by_tls[false].refs || e->by_tls[true].refs;
+}
+
+/* Forget the least recently used name no connection holds, if the
+ * registry is full.  Registry lock held.
+ */
+static void
+forget_one (void)
+{
+  struct entry **pp, **victim = NULL;
+
+  if (registry.count < EXPORTS_MAX)
+    return;
+  for (pp = &registry.list; *pp; pp = &(*pp)->next)
+    if (!entry_held (*pp))
+      victim = pp;
+  if (victim) {
+    struct entry *e = *victim;
+    *victim = e->next;
+    registry.count--;
+    entry_free (e);
+  }
+}
+
+static struct entry *
+entry_new (const char *name)
+{
+  struct entry *e = calloc (1, sizeof *e);
+
+  if (e == NULL)
     return NULL;
-  exp->name = strdup (name);
-  exp->tls = tls;
-  exp->cache = cache_new ();
-  exp->wb = writeback_get (name, tls);
-  exp->tune = tune_get (name);
-  exp->cut = cut_new ();
-  if (!exp->name || !exp->cache || !exp->wb || !exp->tune || !exp->cut) {
-    export_free (exp);
+  e->name = strdup (name);
+  e->tune = e->name ? tune_new (e->name) : NULL;
+  if (e->tune == NULL) {
+    entry_free (e);
     return NULL;
   }
-  return exp;
+  e->by_tls[true].tls = true;
+  e->by_tls[false].tune = e->by_tls[true].tune = e->tune;
+  return e;
+}
+
+/* The entry of name, made if new, moved to the front.  Registry lock
+ * held.
+ */
+static struct entry *
+entry_get (const char *name)
+{
+  struct entry **pp, *e;
+
+  for (pp = &registry.list; (e = *pp) != NULL; pp = &e->next)
+    if (strcmp (e->name, name) == 0) {
+      *pp = e->next;
+      break;
+    }
+  if (e == NULL) {
+    forget_one ();
+    e = entry_new (name);
+    if (e == NULL)
+      return NULL;
+    registry.count++;
+  }
+  e->next = registry.list;
+  registry.list = e;
+  return e;
 }
 
 struct export *
 export_get (const char *name, bool tls)
 {
+  struct entry *e;
   struct export *exp;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
 
-  for (exp = registry.list; exp != NULL; exp = exp->next)
-    if (strcmp (exp->name, name) == 0 && exp->tls == tls)
-      break;
+  e = entry_get (name);
+  exp = e ? &e->by_tls[tls] : NULL;
+  if (exp && exp->refs == 0 && export_open (exp, e->name) == -1) {
+    export_close (exp);
+    exp = NULL;
+  }
   if (exp == NULL) {
-    exp = export_new (name, tls);
-    if (exp == NULL) {
-      nbdkit_error ("reshape: export state: %m");
-      return NULL;
-    }
-    exp->next = registry.list;
-    registry.list = exp;
+    nbdkit_error ("reshape: export state: %m");
+    return NULL;
   }
   exp->refs++;
   return exp;
@@ -87,13 +172,60 @@ export_get (const char *name, bool tls)
 void
 export_put (struct export *exp)
 {
-  struct export **pp;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
 
-  if (--exp->refs > 0)
-    return;
-  for (pp = &registry.list; *pp != exp; pp = &(*pp)->next)
-    ;
-  *pp = exp->next;
-  export_free (exp);
+  if (--exp->refs == 0)
+    export_close (exp);
 }
+
+void
+export_each (tune_visit *fn, void *opaque)
+{
+  struct entry *e;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
+
+  for (e = registry.list; e; e = e->next)
+    fn (e->tune, opaque);
+}
+
+/* A connection may still be closing at unload (nbdkit quitting on a
+ * signal with a client connected): its entry stays for its close.
+ */
+void
+export_free_all (void)
+{
+  struct entry **pp = &registry.list, *e;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
+
+  while ((e = *pp) != NULL) {
+    if (entry_held (e)) {
+      pp = &e->next;
+      continue;
+    }
+    *pp = e->next;
+    registry.count--;
+    entry_free (e);
+  }
+}
+
+static void
+report_summary (FILE *fp)
+{
+  tune_summary (export_each, fp);
+}
+
+static void
+report_tables (FILE *fp)
+{
+  tune_tables (export_each, fp);
+}
+
+static void
+report_json (FILE *fp)
+{
+  tune_json (export_each, fp);
+}
+
+const struct stats_learning export_stats = {
+  .summary = report_summary, .tables = report_tables, .json = report_json,
+};

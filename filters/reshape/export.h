@@ -2,10 +2,13 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * State shared by the connections of one export, found by its name
- * and whether the client uses TLS (a plugin may serve TLS and plain
- * clients different data under one name: tls-fallback), so that what
- * one export's clients do never touches another export.
+ * The registry of exports.  What an export's connections share is
+ * found by its name and whether the client uses TLS (a plugin may
+ * serve TLS and plain clients different data under one name:
+ * tls-fallback), so that what one export's clients do never touches
+ * another export; what is learnt of the plugin is the name's, and is
+ * remembered after its connections close, so that a client that
+ * reconnects keeps it.
  */
 
 #ifndef NBDKIT_RESHAPE_EXPORT_H
@@ -13,27 +16,40 @@
 
 #include <stdbool.h>
 
+#include "stats.h"
+#include "tune.h"
+
 struct cache;
 struct cut;
-struct tune;
 struct writeback;
 
 struct export {
-  char *name;
   bool tls;
-  unsigned refs;              /* connections using it */
+  unsigned refs;              /* connections using it (registry lock) */
   struct cache *cache;        /* readahead data (with multi-conn) */
   struct writeback *wb;       /* staged writes */
-  struct tune *tune;          /* what is learnt (outlives the export) */
   struct cut *cut;            /* cut-or-whole choices */
-  struct export *next;
+  struct tune *tune;          /* the name's learning: outlives the above */
 };
 
-/* The export named name, for clients with TLS or without, created at
- * its first connection; NULL with the error reported.  Each get is
- * matched by one put.
+/* The export named name, for clients with TLS or without, its state
+ * made at its first connection and freed at its last close; NULL with
+ * the error reported.  Each get is matched by one put.  At most a few
+ * dozen names' learning is remembered: beyond that the least recently
+ * used name no connection holds is forgotten.
  */
 extern struct export *export_get (const char *name, bool tls);
 extern void export_put (struct export *exp);
+
+/* fn on the learning of every export name remembered, most recently
+ * used first (a tune_walk).
+ */
+extern void export_each (tune_visit *fn, void *opaque);
+
+/* At unload: every name no connection holds forgotten. */
+extern void export_free_all (void);
+
+/* The report's part on what was learnt (tune.c's), over every name. */
+extern const struct stats_learning export_stats;
 
 #endif /* NBDKIT_RESHAPE_EXPORT_H */

@@ -190,22 +190,22 @@ struct pairs {
 
 /* Lock held. */
 static void
-pairs_back (const struct ladder *k, struct pairs *p)
+pairs_back (const struct ladder *ladder, struct pairs *p)
 {
   float b[PAIRS], r[PAIRS], q[PAIRS];
   unsigned i;
 
   *p = (struct pairs) { .n = 0 };
-  for (i = 0; i < (k->sent + 1) / 2; i++) {
-    if (k->lost[i])
+  for (i = 0; i < (ladder->sent + 1) / 2; i++) {
+    if (ladder->lost[i])
       continue;
-    if (k->base_ns[i] == 0 || k->block_ns[i] == 0) {
+    if (ladder->base_ns[i] == 0 || ladder->block_ns[i] == 0) {
       p->pending++;
       continue;
     }
-    b[p->n] = k->base_ns[i];
-    r[p->n] = k->block_ns[i];
-    q[p->n] = k->block_ns[i] / k->base_ns[i];
+    b[p->n] = ladder->base_ns[i];
+    r[p->n] = ladder->block_ns[i];
+    q[p->n] = ladder->block_ns[i] / ladder->base_ns[i];
     p->n++;
   }
   if (p->n) {
@@ -222,33 +222,33 @@ pairs_back (const struct ladder *k, struct pairs *p)
   }
 }
 
-static void fresh_pairs (struct ladder *k);
+static void fresh_pairs (struct ladder *ladder);
 
 /* Try the next rung: halfway (in powers of 2) between the largest
  * block found flat and the smallest found not (or the cap), rounded
  * up.
  */
 static void
-next_rung (struct ladder *k)
+next_rung (struct ladder *ladder)
 {
-  const unsigned lo = __builtin_ctzll (k->flat);
-  const unsigned hi = __builtin_ctzll (k->knee ? k->knee
-                                               : pow2_floor (k->cap));
+  const unsigned lo = __builtin_ctzll (ladder->flat);
+  const unsigned hi =
+    __builtin_ctzll (ladder->knee ? ladder->knee : pow2_floor (ladder->cap));
 
-  k->rung = UINT32_C (1) << ((lo + hi + 1) / 2);
-  fresh_pairs (k);
+  ladder->rung = UINT32_C (1) << ((lo + hi + 1) / 2);
+  fresh_pairs (ladder);
 }
 
 /* The rung's pairs start afresh (those in flight no longer count).
  */
 static void
-fresh_pairs (struct ladder *k)
+fresh_pairs (struct ladder *ladder)
 {
-  k->tries++;
-  k->sent = 0;
-  memset (k->base_ns, 0, sizeof k->base_ns);
-  memset (k->block_ns, 0, sizeof k->block_ns);
-  memset (k->lost, 0, sizeof k->lost);
+  ladder->tries++;
+  ladder->sent = 0;
+  memset (ladder->base_ns, 0, sizeof ladder->base_ns);
+  memset (ladder->block_ns, 0, sizeof ladder->block_ns);
+  memset (ladder->lost, 0, sizeof ladder->lost);
 }
 
 /* Do the plugin's calls wait for each other?  The reads of the
@@ -271,41 +271,44 @@ queued (const struct learn *l)
 static bool
 ladder_done (struct learn *l, double base)
 {
-  struct ladder *k = &l->ladder;
+  struct ladder *ladder = &l->ladder;
   struct tune_learnt lt;
 
-  if (k->knee ? k->knee > 2 * k->flat : 2 * (uint64_t) k->flat <= k->cap)
+  if (ladder->knee ? ladder->knee > 2 * ladder->flat
+                   : 2 * (uint64_t) ladder->flat <= ladder->cap)
     return false;
   /* A knee is tried once more, later (RECHECK_AFTER): one found too
    * low, by a machine short of CPU for a moment, would keep clusters
    * decoded many times over for as long as the server runs.
    */
-  k->rung = 0;
-  k->recheck_in = k->knee && k->knee != k->confirmed ? RECHECK_AFTER : 0;
+  ladder->rung = 0;
+  ladder->recheck_in = ladder->knee && ladder->knee != ladder->confirmed ?
+                       RECHECK_AFTER : 0;
   lt = (struct tune_learnt) {
     .queued = queued (l),
-    .grain = k->flat,
+    .grain = ladder->flat,
     /* A flat block never timed (the plugin's minimum block): the
      * base's time.
      */
-    .flat_ns = k->flat > size_class_bytes (k->base) && k->flat_ns > 0 ?
-               k->flat_ns : base,
+    .flat_ns = ladder->flat > size_class_bytes (ladder->base) &&
+               ladder->flat_ns > 0 ? ladder->flat_ns : base,
   };
   lt.lat_ns = lt.flat_ns;
   /* The line through the knee's two points, its block and its base
    * read (whose own bytes cost time too: a line through zero bytes
    * would take a read's transfer for latency).
    */
-  if (k->knee && k->knee_ns > k->knee_base_ns) {
+  if (ladder->knee && ladder->knee_ns > ladder->knee_base_ns) {
     /* The base read as the plugin got it: at least a minimum block. */
-    const double read = max_u64 (size_class_bytes (k->base), l->min);
-    lt.ns_per_byte = (k->knee_ns - k->knee_base_ns) / (k->knee - read);
-    lt.lat_ns = k->knee_base_ns - read * lt.ns_per_byte;
+    const double read = max_u64 (size_class_bytes (ladder->base), l->min);
+    lt.ns_per_byte = (ladder->knee_ns - ladder->knee_base_ns) /
+                     (ladder->knee - read);
+    lt.lat_ns = ladder->knee_base_ns - read * lt.ns_per_byte;
     if (lt.lat_ns < 0)
       lt.lat_ns = 0;
   }
-  else if (k->knee)
-    lt.lat_ns = k->knee_base_ns;
+  else if (ladder->knee)
+    lt.lat_ns = ladder->knee_base_ns;
   publish (l, &lt);
   return true;
 }
@@ -320,12 +323,12 @@ ladder_done (struct learn *l, double base)
 static double
 knee (const struct learn *l)
 {
-  const struct ladder *k = &l->ladder;
+  const struct ladder *ladder = &l->ladder;
   double per_byte;
 
   if (l->parallel && !queued (l))
     return KNEE;
-  per_byte = PER_BYTE_KNEE * k->rung / size_class_bytes (k->base);
+  per_byte = PER_BYTE_KNEE * ladder->rung / size_class_bytes (ladder->base);
   return per_byte > KNEE ? per_byte : KNEE;
 }
 
@@ -344,16 +347,16 @@ knee (const struct learn *l)
 static bool
 judge_rung (struct learn *l)
 {
-  struct ladder *k = &l->ladder;
+  struct ladder *ladder = &l->ladder;
   struct pairs p;
   double fastest, line;
   bool all_back, again;
 
-  pairs_back (k, &p);
-  all_back = k->sent >= 2 * PAIRS && p.pending == 0;
+  pairs_back (ladder, &p);
+  all_back = ladder->sent >= 2 * PAIRS && p.pending == 0;
   if (p.n < PAIRS_FLAT) {
     if (all_back)                       /* mostly lost: again */
-      next_rung (k);
+      next_rung (ladder);
     return false;
   }
   /* The fastest read of the stream's size ever seen: under load a
@@ -361,7 +364,7 @@ judge_rung (struct learn *l)
    * (None was recorded if they all went through bounce buffers: then
    * the pairs' own.)
    */
-  fastest = l->table[TUNE_READ][k->base].fastest;
+  fastest = l->table[TUNE_READ][ladder->base].fastest;
   if (fastest == 0)
     fastest = p.base;
   if (fastest < PLUGIN_SLOW_NS) {
@@ -378,36 +381,38 @@ judge_rung (struct learn *l)
    * sizes (qcow2dec: 1M blocks 3x 256K reads, then 1.0x).  Once more,
    * later.
    */
-  again = p.ratio >= line && !k->judged && !k->retried &&
+  again = p.ratio >= line && !ladder->judged && !ladder->retried &&
           p.base >= QUEUED * fastest;
   snprintf (l->note, sizeof l->note, "%" PRIu32 "K blocks %.3f ms "
             "against %" PRIu64 "K reads %.3f ms (%.2fx, %u pairs): %s%s",
-            k->rung / 1024, p.block / 1e6, size_class_bytes (k->base) / 1024,
+            ladder->rung / 1024, p.block / 1e6,
+            size_class_bytes (ladder->base) / 1024,
             p.base / 1e6, p.ratio, p.n, p.ratio < line ? "flat" : "the knee",
             again ? ", queued: again" : "");
   if (again) {
-    k->retried = true;
-    fresh_pairs (k);
+    ladder->retried = true;
+    fresh_pairs (ladder);
     return false;
   }
-  k->judged = true;
+  ladder->judged = true;
   if (p.ratio < line) {
-    k->flat = k->rung;
-    k->flat_ns = p.block;
+    ladder->flat = ladder->rung;
+    ladder->flat_ns = p.block;
   }
   else {
     if (l->state == LEARN_RECHECK)
-      k->confirmed = k->rung;
-    k->knee = k->rung;
-    k->knee_ns = p.block;
-    k->knee_base_ns = p.base;
+      ladder->confirmed = ladder->rung;
+    ladder->knee = ladder->rung;
+    ladder->knee_ns = p.block;
+    ladder->knee_base_ns = p.base;
   }
   /* A knee tried again and found flat: what lies above is unknown. */
-  if (l->state == LEARN_RECHECK && k->flat == k->rung && k->knee == k->rung)
-    k->knee = 0;
+  if (l->state == LEARN_RECHECK && ladder->flat == ladder->rung &&
+      ladder->knee == ladder->rung)
+    ladder->knee = 0;
   if (ladder_done (l, p.base))
     return true;
-  next_rung (k);
+  next_rung (ladder);
   return false;
 }
 
@@ -463,17 +468,17 @@ grains_pay (const struct learn *l, uint32_t count, unsigned in_flight)
 static bool
 start_ladder (struct learn *l, uint32_t count, uint64_t cap)
 {
-  struct ladder *k = &l->ladder;
+  struct ladder *ladder = &l->ladder;
   const uint64_t flat = max_u64 (size_class_bytes (size_class (count)),
                                  max_u64 (l->min, 1));
 
   if (count >= BASE_MAX || 2 * flat > cap)
     return false;
-  *k = (struct ladder) { .base = size_class (count), .cap = cap,
-                         .flat = flat, .tries = k->tries };
+  *ladder = (struct ladder) { .base = size_class (count), .cap = cap,
+                              .flat = flat, .tries = ladder->tries };
   if (!learn_known (l))
     l->state = LEARN_LADDER;
-  next_rung (k);
+  next_rung (ladder);
   return true;
 }
 
@@ -483,17 +488,17 @@ start_ladder (struct learn *l, uint32_t count, uint64_t cap)
 static bool
 recheck (struct learn *l, uint32_t count)
 {
-  struct ladder *k = &l->ladder;
+  struct ladder *ladder = &l->ladder;
 
-  if (size_class (count) != k->base)
+  if (size_class (count) != ladder->base)
     return false;
   if (l->state == LEARN_RECHECK)
     return true;
-  if (k->recheck_in == 0 || --k->recheck_in > 0)
+  if (ladder->recheck_in == 0 || --ladder->recheck_in > 0)
     return false;
   l->state = LEARN_RECHECK;
-  k->rung = k->knee;
-  fresh_pairs (k);
+  ladder->rung = ladder->knee;
+  fresh_pairs (ladder);
   return true;
 }
 
@@ -501,7 +506,7 @@ void
 learn_fetch (struct learn *l, uint32_t count, unsigned in_flight,
              uint64_t cap, struct tune_fetch *f)
 {
-  struct ladder *k = &l->ladder;
+  struct ladder *ladder = &l->ladder;
   struct pairs p;
 
   *f = (struct tune_fetch) { .size = 0 };
@@ -515,18 +520,18 @@ learn_fetch (struct learn *l, uint32_t count, unsigned in_flight,
    * connect time (partition probing); a stream that keeps missing
    * while they do not starts the ladder afresh from its own size.
    */
-  if (k->rung && size_class (count) != k->base &&
-      ++k->others >= 2 * WARMUP) {
-    k->rung = 0;
-    k->tries++;                         /* samples in flight: stale */
+  if (ladder->rung && size_class (count) != ladder->base &&
+      ++ladder->others >= 2 * WARMUP) {
+    ladder->rung = 0;
+    ladder->tries++;                    /* samples in flight: stale */
     if (!learn_known (l))
       l->state = LEARN_NONE;
   }
-  if (k->rung == 0 && !start_ladder (l, count, cap))
+  if (ladder->rung == 0 && !start_ladder (l, count, cap))
     return;
-  if (size_class (count) != k->base || k->rung > cap)
+  if (size_class (count) != ladder->base || ladder->rung > cap)
     return;
-  k->others = 0;
+  ladder->others = 0;
   f->alone = true;
   /* Not at the stream's start, when its reads pile up at the plugin,
    * nor too many at once: those sent together meet different queues.
@@ -534,10 +539,10 @@ learn_fetch (struct learn *l, uint32_t count, unsigned in_flight,
    * that cost no more than the reads they stand for: of the rung tried
    * once its pairs so far say it is flat, else the largest found flat.
    */
-  pairs_back (k, &p);
-  if (k->warmup < WARMUP || k->sent >= 2 * PAIRS ||
-      (k->sent % 2 == 0 && p.pending >= PAIRS_AT_ONCE)) {
-    k->warmup++;
+  pairs_back (ladder, &p);
+  if (ladder->warmup < WARMUP || ladder->sent >= 2 * PAIRS ||
+      (ladder->sent % 2 == 0 && p.pending >= PAIRS_AT_ONCE)) {
+    ladder->warmup++;
     if (learn_known (l)) {              /* trying again: as learnt */
       f->alone = false;
       if (grains_pay (l, count, in_flight))
@@ -545,7 +550,7 @@ learn_fetch (struct learn *l, uint32_t count, unsigned in_flight,
       return;
     }
     if (queued (l))
-      f->size = p.n && p.ratio < knee (l) ? k->rung : k->flat;
+      f->size = p.n && p.ratio < knee (l) ? ladder->rung : ladder->flat;
     if (f->size <= count)
       f->size = 0;
     return;
@@ -553,28 +558,28 @@ learn_fetch (struct learn *l, uint32_t count, unsigned in_flight,
   /* Base or block first, in turn: whichever is sent first may meet a
    * shorter queue.
    */
-  f->rung = k->rung;
-  f->try = k->tries;
-  f->pair = k->sent / 2;
-  f->block = (k->sent % 2) ^ (k->sent / 2 % 2);
-  f->size = f->block ? k->rung : 0;
-  k->sent++;
+  f->rung = ladder->rung;
+  f->try = ladder->tries;
+  f->pair = ladder->sent / 2;
+  f->block = (ladder->sent % 2) ^ (ladder->sent / 2 % 2);
+  f->size = f->block ? ladder->rung : 0;
+  ladder->sent++;
 }
 
 bool
 learn_sample (struct learn *l, const struct tune_fetch *f, uint64_t ns)
 {
-  struct ladder *k = &l->ladder;
+  struct ladder *ladder = &l->ladder;
 
   l->note[0] = '\0';
-  if (f->rung == 0 || f->try != k->tries || f->rung != k->rung ||
+  if (f->rung == 0 || f->try != ladder->tries || f->rung != ladder->rung ||
       l->state == LEARN_KNOWN)
     return false;                       /* a rung since judged */
   if (ns == 0)
-    k->lost[f->pair] = true;
+    ladder->lost[f->pair] = true;
   else if (f->block)
-    k->block_ns[f->pair] = ns;
+    ladder->block_ns[f->pair] = ns;
   else
-    k->base_ns[f->pair] = ns;
+    ladder->base_ns[f->pair] = ns;
   return judge_rung (l);
 }

@@ -340,7 +340,8 @@ merge_one (struct tune *t, void *opaque)
 {
   struct entry e = { .stack = profile.stack };
 
-  if (strlen (tune_name (t)) > NBD_NAME_MAX || !tune_learnt (t, &e.geo, &e.l))
+  if (strlen (tune_name (t)) > NBD_NAME_MAX ||
+      !tune_get_learnt (t, &e.geo, &e.l))
     return;
   strcpy (e.name, tune_name (t));
   put_entry (opaque, &e);
@@ -370,7 +371,7 @@ write_file (const struct entries *es, const char *target)
  * Profile lock held.
  */
 static void
-merge_and_write (void)
+merge_and_write (tune_walk *each)
 {
   CLEANUP_FREE char *target = resolve_links (profile.file);
   CLEANUP_FREE char *copy = target ? strdup (target) : NULL;
@@ -392,7 +393,7 @@ merge_and_write (void)
     ok = true;
     goto out;
   }
-  tune_each (merge_one, &es);
+  each (merge_one, &es);
   ok = write_file (&es, target);
  out:
   if (!ok)
@@ -403,7 +404,7 @@ merge_and_write (void)
 }
 
 void
-profile_save (bool at_exit)
+profile_save (bool at_exit, tune_walk *each)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&profile.lock);
   const unsigned generation = tune_generation ();
@@ -414,7 +415,7 @@ profile_save (bool at_exit)
   if (!at_exit && profile.saved_ns &&
       now_ns () - profile.saved_ns < SAVE_EVERY_NS)
     return;
-  merge_and_write ();
+  merge_and_write (each);
   profile.saved_generation = generation;
   profile.saved_ns = now_ns ();
 }

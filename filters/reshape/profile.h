@@ -30,10 +30,11 @@ extern int profile_load (const char *file);
  */
 extern void profile_apply (struct tune *t, const struct geometry *geo);
 
-/* Save what was learnt since the last save: at_exit, or when the last
- * save is a few seconds old (a connection closing).
+/* Save what was learnt since the last save, of every export each
+ * walks (export_each): at_exit, or when the last save is a few seconds
+ * old (a connection closing).
  */
-extern void profile_save (bool at_exit);
+extern void profile_save (bool at_exit, tune_walk *each);
 
 extern void profile_free (void);
 

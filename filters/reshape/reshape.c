@@ -125,11 +125,11 @@ fail_at_exit (void)
 static void
 reshape_unload (void)
 {
-  profile_save (true);
+  profile_save (true, export_each);
   stats_report (reshape_cfg.stats_file, reshape_cfg.size,
-                reshape_cfg.size ? NULL : &tune_stats);
+                reshape_cfg.size ? NULL : &export_stats);
   profile_free ();
-  tune_free_all ();
+  export_free_all ();
   pool_free_all ();
   params_free ();
   if (lost_writes)
@@ -288,7 +288,7 @@ reshape_prepare (nbdkit_next *next, void *handle, int readonly)
   if (reshape_cfg.size == 0) {
     tune_connect (h->exp->tune, &h->geo);
     profile_apply (h->exp->tune, &h->geo);
-    tune_sizes (h->exp->tune, &learnt);
+    tune_get_sizes (h->exp->tune, &learnt);
   }
   params_sizes (&h->geo, ppref, learnt.unit, learnt.preferred,
                 &h->preferred);
@@ -311,7 +311,7 @@ reshape_finalize (nbdkit_next *next, void *handle)
 
   call_init (&c, next, handle);
   writeback_close (&c.h->wb, &c.io);
-  profile_save (false);
+  profile_save (false, export_each);
   return 0;
 }
 

@@ -354,7 +354,7 @@ window_read (struct stream *s, struct cache *cache, const struct io *io,
 
   stats_add (C_RA_MISSES, 1);
   if (io->tune)
-    tune_sizes (io->tune, &learnt);
+    tune_get_sizes (io->tune, &learnt);
   lo = round_down (rq->offset, max_u64 (geo->min, learnt.grain));
   hi = max_u64 (lo + size, round_up (rq->offset + rq->count, geo->min));
   hi = min_u64 (hi, geo->exportsize);
@@ -593,7 +593,7 @@ ahead_due (struct stream *s, struct cache *cache, const struct io *io,
   struct tune_sizes learnt = { 0 };
 
   if (io->tune)
-    tune_sizes (io->tune, &learnt);
+    tune_get_sizes (io->tune, &learnt);
   if (learnt.grain <= rq->count ||
       learnt.grain > pool_largest (POOL_REQUEST))
     return false;

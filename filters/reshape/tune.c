@@ -2,10 +2,10 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * reshape-size=auto, the glue: each export's learning (learn.c, which
- * decides) under the export's lock, found by name in a registry that
- * keeps at most EXPORTS_MAX exports, with the debug lines and the
- * statistics report's part on what was learnt.
+ * reshape-size=auto, the glue: one export's learning (learn.c, which
+ * decides) under its lock, with the debug lines and the statistics
+ * report's part on what was learnt.  export.c keeps one per export
+ * name, and walks them.
  */
 
 #include <config.h>
@@ -14,7 +14,6 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include <nbdkit-filter.h>
 
@@ -28,97 +27,32 @@ NBDKIT_DLL_PUBLIC int reshape_debug_tune;
 
 
 struct tune {
-  char *name;
-  unsigned refs;                        /* registry lock */
-  struct tune *next;                    /* registry: most recent first */
+  const char *name;                     /* the export's, borrowed */
   pthread_mutex_t lock;                 /* all below */
   struct geometry geo;                  /* learnt on; exportsize 0: none */
   struct learn learn;
 };
 
-static struct {
-  pthread_mutex_t lock;
-  struct tune *list;
-  unsigned count;
-  unsigned generation;                  /* atomic */
-} registry = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
-static void
-tune_free (struct tune *t)
-{
-  pthread_mutex_destroy (&t->lock);
-  free (t->name);
-  free (t);
-}
-
-/* Forget the least recently used export no connection holds, if the
- * registry is full.  Registry lock held.
- */
-static void
-forget_one (void)
-{
-  struct tune **pp, **victim = NULL;
-
-  if (registry.count < EXPORTS_MAX)
-    return;
-  for (pp = &registry.list; *pp; pp = &(*pp)->next)
-    if ((*pp)->refs == 0)
-      victim = pp;
-  if (victim) {
-    struct tune *t = *victim;
-    *victim = t->next;
-    registry.count--;
-    tune_free (t);
-  }
-}
+/* Bumped whenever what is learnt changes, atomic. */
+static unsigned generation;
 
 struct tune *
-tune_get (const char *exportname)
+tune_new (const char *name)
 {
-  struct tune **pp, *t;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
+  struct tune *t = calloc (1, sizeof *t);
 
-  for (pp = &registry.list; (t = *pp) != NULL; pp = &t->next)
-    if (strcmp (t->name, exportname) == 0) {
-      *pp = t->next;                    /* to the front */
-      break;
-    }
-  if (t == NULL) {
-    forget_one ();
-    t = calloc (1, sizeof *t);
-    if (t == NULL || (t->name = strdup (exportname)) == NULL) {
-      free (t);
-      nbdkit_error ("reshape: tune: %m");
-      return NULL;
-    }
-    pthread_mutex_init (&t->lock, NULL);
-    registry.count++;
-  }
-  t->next = registry.list;
-  registry.list = t;
-  t->refs++;
+  if (t == NULL)
+    return NULL;
+  t->name = name;
+  pthread_mutex_init (&t->lock, NULL);
   return t;
 }
 
 void
-tune_put (struct tune *t)
+tune_free (struct tune *t)
 {
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
-
-  t->refs--;
-}
-
-void
-tune_free_all (void)
-{
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
-
-  while (registry.list) {
-    struct tune *t = registry.list;
-    registry.list = t->next;
-    tune_free (t);
-  }
-  registry.count = 0;
+  pthread_mutex_destroy (&t->lock);
+  free (t);
 }
 
 const char *
@@ -127,20 +61,10 @@ tune_name (const struct tune *t)
   return t->name;
 }
 
-void
-tune_each (void (*fn) (struct tune *t, void *opaque), void *opaque)
-{
-  struct tune *t;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
-
-  for (t = registry.list; t; t = t->next)
-    fn (t, opaque);
-}
-
 unsigned
 tune_generation (void)
 {
-  return __atomic_load_n (&registry.generation, __ATOMIC_RELAXED);
+  return __atomic_load_n (&generation, __ATOMIC_RELAXED);
 }
 
 static bool
@@ -164,7 +88,7 @@ core (struct tune *t)
 static void
 learnt_changed (struct tune *t)
 {
-  __atomic_add_fetch (&registry.generation, 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch (&generation, 1, __ATOMIC_RELAXED);
   if (reshape_debug_tune)
     nbdkit_debug ("reshape: tune: export '%s': %s", t->name, t->learn.why);
 }
@@ -185,7 +109,8 @@ tune_connect (struct tune *t, const struct geometry *geo)
 }
 
 bool
-tune_learnt (struct tune *t, struct geometry *geo, struct tune_learnt *l)
+tune_get_learnt (struct tune *t, struct geometry *geo,
+                 struct tune_learnt *l)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
@@ -214,7 +139,7 @@ tune_fast (struct tune *t)
 }
 
 void
-tune_sizes (struct tune *t, struct tune_sizes *s)
+tune_get_sizes (struct tune *t, struct tune_sizes *s)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
@@ -376,28 +301,24 @@ json_one (struct tune *t, void *opaque)
   fprintf (fp, "]}");
 }
 
-static void
-tune_summary (FILE *fp)
+void
+tune_summary (tune_walk *each, FILE *fp)
 {
-  tune_each (summary_one, fp);
+  each (summary_one, fp);
 }
 
-static void
-tune_tables (FILE *fp)
+void
+tune_tables (tune_walk *each, FILE *fp)
 {
-  tune_each (tables_one, fp);
+  each (tables_one, fp);
 }
 
-static void
-tune_json (FILE *fp)
+void
+tune_json (tune_walk *each, FILE *fp)
 {
   struct json_out o = { .fp = fp };
 
   fprintf (fp, "[");
-  tune_each (json_one, &o);
+  each (json_one, &o);
   fprintf (fp, "%s]", o.n ? "\n  " : "");
 }
-
-const struct stats_learning tune_stats = {
-  .summary = tune_summary, .tables = tune_tables, .json = tune_json,
-};

@@ -4,9 +4,10 @@
  *
  * reshape-size=auto: what the filter learns of each export's plugin
  * from the clients' own traffic, and the sizes it picks from that.
- * learn.c decides; tune.c keeps each export's learning under a lock,
- * by name.  struct tune is tune.c's alone; the rest of the filter goes
- * through these functions.
+ * learn.c decides; tune.c keeps one export's learning under a lock,
+ * and export.c keeps it for the export's name.  struct tune is
+ * tune.c's alone; the rest of the filter goes through these
+ * functions.
  */
 
 #ifndef NBDKIT_RESHAPE_TUNE_H
@@ -17,7 +18,6 @@
 #include <stdio.h>
 
 #include "learn.h"
-#include "stats.h"
 #include "tunables.h"
 #include "walk.h"
 
@@ -26,18 +26,18 @@ extern int reshape_debug_tune;
 
 struct tune;
 
-/* The learning of the export named exportname, made at its first use;
- * NULL with the error reported.  Each get is matched by one put.  At
- * most a few dozen exports are remembered: beyond that the least
- * recently used one no connection holds is forgotten.
+/* The learning of the export named name, nothing learnt yet; name is
+ * borrowed, and must outlive the learning.  NULL with errno set.
  */
-extern struct tune *tune_get (const char *exportname);
-extern void tune_put (struct tune *t);
-extern void tune_free_all (void);
+extern struct tune *tune_new (const char *name);
+extern void tune_free (struct tune *t);
 extern const char *tune_name (const struct tune *t);
-/* fn on every export remembered. */
-extern void tune_each (void (*fn) (struct tune *t, void *opaque),
-                       void *opaque);
+
+/* A walk over the learning of every export remembered (export_each):
+ * fn on each, the registry's lock held.
+ */
+typedef void tune_visit (struct tune *t, void *opaque);
+typedef void tune_walk (tune_visit *fn, void *opaque);
 
 /* A connection to the export settled its geometry.  What was learnt
  * on another geometry (the plugin changed under the same name) is
@@ -48,13 +48,13 @@ extern void tune_connect (struct tune *t, const struct geometry *geo);
 /* What was learnt (false: nothing yet), for a profile to keep, and
  * what a profile kept, taken as learnt if nothing is yet.
  */
-extern bool tune_learnt (struct tune *t, struct geometry *geo,
-                         struct tune_learnt *l);
+extern bool tune_get_learnt (struct tune *t, struct geometry *geo,
+                             struct tune_learnt *l);
 extern void tune_teach (struct tune *t, const struct tune_learnt *l);
 /* Bumped whenever what is learnt changes (a profile saves then). */
 extern unsigned tune_generation (void);
 
-extern void tune_sizes (struct tune *t, struct tune_sizes *s);
+extern void tune_get_sizes (struct tune *t, struct tune_sizes *s);
 /* Learnt to have no latency: nothing the filter could read ahead,
  * fetch or cut for it pays, nor timing its calls.
  */
@@ -76,9 +76,12 @@ extern void tune_stream_fetch (struct tune *t, uint32_t count,
 extern void tune_sample_done (struct tune *t, const struct tune_fetch *f,
                               uint64_t ns);
 
-/* The statistics report's part on what was learnt of every export:
- * the choices made with their reasons, and the tables of call costs.
+/* The statistics report's part on what was learnt of every export
+ * each walks: a line per export for the summary; the choices made
+ * with their reasons, and the tables of call costs; a JSON array.
  */
-extern const struct stats_learning tune_stats;
+extern void tune_summary (tune_walk *each, FILE *fp);
+extern void tune_tables (tune_walk *each, FILE *fp);
+extern void tune_json (tune_walk *each, FILE *fp);
 
 #endif /* NBDKIT_RESHAPE_TUNE_H */
