@@ -56,17 +56,13 @@ struct cache {
 /* The readahead budget: the bytes fills read from the plugin that no
  * client asked for, while no client has read them (pending) and once
  * they are dropped unread (wasted), held to 1/BUDGET_SHARE of the
- * bytes clients read plus BUDGET_BASE.  Atomic counters.
+ * bytes clients read (stats_client_read) plus BUDGET_BASE.  Atomic
+ * counters.  The budget is the process's, not an export's: a client
+ * that reconnects, or opens many export names, gets no fresh one.
  */
 static struct {
-  uint64_t client, pending, wasted;
+  uint64_t pending, wasted;
 } budget;
-
-void
-budget_client (uint64_t bytes)
-{
-  __atomic_add_fetch (&budget.client, bytes, __ATOMIC_RELAXED);
-}
 
 /* Charge n unasked bytes, if they fit.  A compare-and-swap, so that
  * fills begun at once on many connections cannot all pass one check.
@@ -75,7 +71,7 @@ static bool
 budget_charge (uint64_t n)
 {
   const uint64_t allowed =
-    __atomic_load_n (&budget.client, __ATOMIC_RELAXED) / BUDGET_SHARE +
+    stats_client_read () / BUDGET_SHARE +
     BUDGET_BASE;
   uint64_t pending = __atomic_load_n (&budget.pending, __ATOMIC_RELAXED);
 
@@ -122,8 +118,8 @@ mark_read (struct cache_entry *e, uint64_t lo, uint64_t hi)
 {
   uint64_t n = 0, i, first, last;
 
-  lo = max_u64 (lo, e->off);
-  hi = min_u64 (hi, e->off + e->len);
+  lo = MAX (lo, e->off);
+  hi = MIN (hi, e->off + e->len);
   if (lo >= hi)
     return 0;
   first = (lo - e->off) / e->chunk;
@@ -133,7 +129,7 @@ mark_read (struct cache_entry *e, uint64_t lo, uint64_t hi)
     if (e->read[i / 64] & bit)
       continue;
     e->read[i / 64] |= bit;
-    n += min_u64 (e->chunk, e->len - i * e->chunk);
+    n += MIN (e->chunk, e->len - i * e->chunk);
   }
   return n;
 }
@@ -255,8 +251,8 @@ cache_read (struct cache *c, uint64_t offset, uint32_t count, void *dst)
   }
   for (uint64_t pos = offset; pos < offset + count; ) {
     struct cache_entry *e = find (c, pos);
-    uint32_t n = min_u64 (e->off + e->len, offset + count) - pos;
-    uint64_t first_read = min_u64 (mark_read (e, pos, pos + n), e->unread);
+    uint32_t n = MIN (e->off + e->len, offset + count) - pos;
+    uint64_t first_read = MIN (mark_read (e, pos, pos + n), e->unread);
     memcpy (out + (pos - offset), e->buf + (pos - e->off), n);
     e->unread -= first_read;
     budget_refund (first_read);
@@ -316,8 +312,8 @@ static bool
 link_fill (struct cache *c, struct cache_fill *f, uint64_t lo, uint64_t hi,
            uint64_t read_lo, uint64_t read_hi)
 {
-  const uint64_t ask_lo = min_u64 (max_u64 (read_lo, lo), hi);
-  const uint64_t ask_hi = max_u64 (min_u64 (read_hi, hi), ask_lo);
+  const uint64_t ask_lo = MIN (MAX (read_lo, lo), hi);
+  const uint64_t ask_hi = MAX (MIN (read_hi, hi), ask_lo);
 
   f->charged = (hi - lo) - (ask_hi - ask_lo);
   if (!budget_charge (f->charged))
@@ -429,7 +425,7 @@ keep (struct cache *c, struct cache_fill *f, void *buf, uint32_t len,
     return false;
   }
   /* The chunks a client read count whole: the charge was exact. */
-  e->unread = min_u64 (e->unread, f->charged);
+  e->unread = MIN (e->unread, f->charged);
   budget_refund (f->charged - e->unread);
   e->next = c->entries;
   c->entries = e;

@@ -17,13 +17,6 @@
 
 struct cache;
 
-/* The readahead budget is the process's, not an export's: an export
- * is forgotten when its last connection closes, and a client that
- * reconnects, or opens many export names, must not get a fresh one.
- * A client read bytes (any export's).
- */
-extern void budget_client (uint64_t bytes);
-
 /* A fill in progress: a write to its range meanwhile makes it stale,
  * and a stale fill is not kept (it may hold data from before the
  * write).  [ask_lo, ask_hi) is the read that made it (empty: nobody's,

@@ -23,35 +23,32 @@
 #define MiB (1024 * KiB)
 #define GiB (1024 * MiB)
 
-static inline uint64_t
-min_u64 (uint64_t a, uint64_t b)
-{
-  return a < b ? a : b;
-}
-
-static inline uint64_t
-max_u64 (uint64_t a, uint64_t b)
-{
-  return a > b ? a : b;
-}
+/* MIN, MAX, ROUND_DOWN and ROUND_UP on sizes, as nbdkit's own
+ * common/include has them (macros, so that they cost a reader no
+ * detour): each argument is evaluated once, as a uint64_t.  Rounding
+ * is to multiples of m (m > 0, any value, not only powers of 2).
+ */
+#define U64_NAME_(base, n) base##n
+#define U64_NAME(base, n) U64_NAME_ (base, n)
+#define U64_PAIR_(a, b, x, y, expr)                                     \
+  ({ const uint64_t x = (a), y = (b); (uint64_t) (expr); })
+#define U64_PAIR(a, b, expr_of)                                         \
+  expr_of (a, b, U64_NAME (u64_x_, __COUNTER__),                        \
+           U64_NAME (u64_y_, __COUNTER__))
+#define MIN_(a, b, x, y) U64_PAIR_ (a, b, x, y, x < y ? x : y)
+#define MAX_(a, b, x, y) U64_PAIR_ (a, b, x, y, x > y ? x : y)
+#define ROUND_DOWN_(v, m, x, y) U64_PAIR_ (v, m, x, y, x - x % y)
+#define ROUND_UP_(v, m, x, y)                                           \
+  U64_PAIR_ (v, m, x, y, x % y ? x + (y - x % y) : x)
+#define MIN(a, b) U64_PAIR (a, b, MIN_)
+#define MAX(a, b) U64_PAIR (a, b, MAX_)
+#define ROUND_DOWN(v, m) U64_PAIR (v, m, ROUND_DOWN_)
+#define ROUND_UP(v, m) U64_PAIR (v, m, ROUND_UP_)
 
 static inline bool
 is_power_of_2 (uint64_t v)
 {
   return v && (v & (v - 1)) == 0;
-}
-
-/* Multiples of m (m > 0, any value, not only powers of 2). */
-static inline uint64_t
-round_down (uint64_t v, uint64_t m)
-{
-  return v - v % m;
-}
-
-static inline uint64_t
-round_up (uint64_t v, uint64_t m)
-{
-  return v % m ? v + (m - v % m) : v;
 }
 
 /* The largest power of 2 not above v (v > 0). */
@@ -75,28 +72,6 @@ pow2_nearest (uint64_t lo, double target, uint64_t hi)
   while (p < hi && p * 1.41421356 < target)
     p *= 2;
   return p;
-}
-
-/* Size classes by powers of 2, rounding down: class 0 holds sizes up
- * to 8K (exclusive), the last SIZE_CLASSES - 1 from 128M on.  (The
- * pool has classes of its own, which round up: alloc_class.)
- */
-enum { SIZE_CLASS_SHIFT = 12, SIZE_CLASSES = 16 };
-
-static inline unsigned
-size_class (uint64_t bytes)
-{
-  unsigned c = 0;
-
-  while (c + 1 < SIZE_CLASSES && bytes >> (c + 1 + SIZE_CLASS_SHIFT))
-    c++;
-  return c;
-}
-
-static inline uint64_t
-size_class_bytes (unsigned c)
-{
-  return UINT64_C (1) << (c + SIZE_CLASS_SHIFT);
 }
 
 static inline uint64_t

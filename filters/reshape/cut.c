@@ -96,7 +96,7 @@ lanes (struct cut *choices)
 
   if (!reshape_cfg.parallel_ok)
     return 1;
-  return max_u64 (reshape_cfg.parallel / max_u64 (n, 1), 1);
+  return MAX (reshape_cfg.parallel / MAX (n, 1), 1);
 }
 
 /* The model's best cut of count bytes and its gain over whole. */
@@ -104,12 +104,12 @@ static uint64_t
 best_cut (unsigned l, const struct cut_model *m, uint64_t count,
           uint32_t max, double *gain)
 {
-  const double whole = model_ns (m, min_u64 (count, max)) *
+  const double whole = model_ns (m, MIN (count, max)) *
     ((count + max - 1) / max);
   uint64_t s, best = count;
   double best_ns = whole;
 
-  for (s = max_u64 (m->grain, 4096); s <= count / 2 && s <= max; s *= 2) {
+  for (s = MAX (m->grain, 4096); s <= count / 2 && s <= max; s *= 2) {
     uint64_t pieces = (count + s - 1) / s;
     double ns = ((pieces + l - 1) / l) * model_ns (m, s);
     if (ns < best_ns) {
@@ -142,9 +142,9 @@ proposal (struct cut *choices, struct tune *t, enum tune_dir d,
     if (l <= 1 ||
         count < (d == TUNE_WRITE ? UNLEARNT_WRITE_MIN : UNLEARNT_MIN))
       return count;
-    piece = max_u64 (pow2_floor (count / l), PIECE_MIN);
+    piece = MAX (pow2_floor (count / l), PIECE_MIN);
     *gain = 0;
-    return piece < count ? min_u64 (piece, max) : count;
+    return piece < count ? MIN (piece, max) : count;
   default:                              /* no latency: nothing pays */
     return count;
   }
@@ -161,9 +161,9 @@ cut_own (struct cut *choices, struct tune *t, uint64_t count, uint32_t max)
    * fare cut.
    */
   if (tune_model (t, &m) != 1 || count < 2 * m.grain)
-    return min_u64 (count, max);
+    return MIN (count, max);
   cut = best_cut (lanes (choices), &m, count, max, &gain);
-  return gain >= CUT_GAIN ? cut : min_u64 (count, max);
+  return gain >= CUT_GAIN ? cut : MIN (count, max);
 }
 
 /* A new bandit: eager to try cutting if the model promises much. */
@@ -191,7 +191,7 @@ cut_begin (struct cut *choices, struct tune *t, enum tune_dir d,
 
   c->cls = -1;
   if (cut >= count)
-    return min_u64 (count, max);
+    return MIN (count, max);
   __atomic_add_fetch (&choices->inflight, 1, __ATOMIC_RELAXED);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&choices->lock);
   b = &choices->bandits[d][size_class (count)];
@@ -208,7 +208,7 @@ cut_begin (struct cut *choices, struct tune *t, enum tune_dir d,
   c->cut = b->cut != explore;
   c->count = count;
   c->start_ns = now_ns ();
-  return c->cut ? cut : min_u64 (count, max);
+  return c->cut ? cut : MIN (count, max);
 }
 
 /* After a request of the option o: an exploration measured worse backs
@@ -237,10 +237,10 @@ bandit_learn (struct bandit *b, enum tune_dir d, unsigned cls, int o,
                     b->ns_per_byte[!o]);
   }
   else if (b->ns_per_byte[o] > WORSE * b->ns_per_byte[!o])
-    b->every = min_u64 (max_u64 (b->every, EXPLORE_EVERY) * 2,
+    b->every = MIN (MAX (b->every, EXPLORE_EVERY) * 2,
                         EXPLORE_RARELY);
   else if (b->samples[o] >= MIN_SAMPLES)   /* not worse: try sooner */
-    b->every = max_u64 (b->every / 2, EXPLORE_EVERY);
+    b->every = MAX (b->every / 2, EXPLORE_EVERY);
 }
 
 void

@@ -56,6 +56,22 @@
 
 #include "learn.h"
 
+unsigned
+size_class (uint64_t bytes)
+{
+  unsigned c = 0;
+
+  while (c + 1 < SIZE_CLASSES && bytes >> (c + 1 + SIZE_CLASS_SHIFT))
+    c++;
+  return c;
+}
+
+uint64_t
+size_class_bytes (unsigned c)
+{
+  return UINT64_C (1) << (c + SIZE_CLASS_SHIFT);
+}
+
 void
 learn_forget (struct learn *l)
 {
@@ -95,7 +111,7 @@ choose_sizes (struct learn *l)
                       (l->parallel ? 0.5 : 2), PREFERRED_CAP);
   else
     p = PREFERRED_CAP;
-  p = min_u64 (max_u64 (p, lt->grain), PREFERRED_CAP);
+  p = MIN (MAX (p, lt->grain), PREFERRED_CAP);
   l->sizes = (struct tune_sizes) {
     .preferred = p, .unit = p, .grain = lt->grain,
   };
@@ -300,7 +316,7 @@ ladder_done (struct learn *l, double base)
    */
   if (ladder->knee && ladder->knee_ns > ladder->knee_base_ns) {
     /* The base read as the plugin got it: at least a minimum block. */
-    const double read = max_u64 (size_class_bytes (ladder->base), l->min);
+    const double read = MAX (size_class_bytes (ladder->base), l->min);
     lt.ns_per_byte = (ladder->knee_ns - ladder->knee_base_ns) /
                      (ladder->knee - read);
     lt.lat_ns = ladder->knee_base_ns - read * lt.ns_per_byte;
@@ -469,8 +485,8 @@ static bool
 start_ladder (struct learn *l, uint32_t count, uint64_t cap)
 {
   struct ladder *ladder = &l->ladder;
-  const uint64_t flat = max_u64 (size_class_bytes (size_class (count)),
-                                 max_u64 (l->min, 1));
+  const uint64_t flat = MAX (size_class_bytes (size_class (count)),
+                                 MAX (l->min, 1));
 
   if (count >= BASE_MAX || 2 * flat > cap)
     return false;
@@ -515,7 +531,7 @@ learn_fetch (struct learn *l, uint32_t count, unsigned in_flight,
       f->size = l->sizes.grain;
     return;
   }
-  cap = min_u64 (cap, LADDER_MAX);
+  cap = MIN (cap, LADDER_MAX);
   /* Another size's stream: the ladder's reads may have been a few at
    * connect time (partition probing); a stream that keeps missing
    * while they do not starts the ladder afresh from its own size.

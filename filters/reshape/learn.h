@@ -19,6 +19,16 @@
 
 enum tune_dir { TUNE_READ, TUNE_WRITE, TUNE_DIRS };
 
+/* Size classes by powers of 2, rounding down: class 0 holds sizes up
+ * to 8K (exclusive), the last SIZE_CLASSES - 1 from 128M on.  The
+ * learning keeps its costs by class (the pool has classes of its own,
+ * which round up: alloc_class).
+ */
+enum { SIZE_CLASS_SHIFT = 12, SIZE_CLASSES = 16 };
+
+extern unsigned size_class (uint64_t bytes);
+extern uint64_t size_class_bytes (unsigned c);
+
 /* What an export's learning is doing. */
 enum learn_state {
   LEARN_NONE,               /* nothing yet: no stream of small reads */

@@ -295,7 +295,7 @@ params_free (void)
 static uint32_t
 preferred_pow2 (uint64_t v)
 {
-  return min_u64 (max_u64 (pow2_floor (max_u64 (v, 1)), NBD_PREFERRED_MIN),
+  return MIN (MAX (pow2_floor (MAX (v, 1)), NBD_PREFERRED_MIN),
                   NBD_PREFERRED_MAX);
 }
 
@@ -340,8 +340,8 @@ cap (uint32_t pmax, uint32_t given, enum param_id id, uint32_t pmin,
   char capby[128], minby[128], msg[MSG_MAX];
 
   if (given)
-    c = min_u64 (c, given);
-  *out = round_down (c, min);
+    c = MIN (c, given);
+  *out = ROUND_DOWN (c, min);
   if (*out)
     return 0;
   if (given && given == c)
@@ -379,7 +379,7 @@ params_limits (nbdkit_next *next, struct geometry *geo, uint32_t *ppref)
    * refuse whatever the filter does: clients see the export rounded
    * down to whole blocks, as with nbdkit's blocksize filter.
    */
-  geo->exportsize = round_down (exportsize, geo->min);
+  geo->exportsize = ROUND_DOWN (exportsize, geo->min);
 
   if (cap (pmax, reshape_cfg.maxdata, maxdata_id, pmin, geo->min,
            &geo->max) == -1 ||
@@ -417,21 +417,21 @@ params_sizes (struct geometry *geo, uint32_t ppref, uint32_t learnt_unit,
   if (reshape_cfg.size)
     size = pref = reshape_cfg.size;
   else if (learnt_preferred) {
-    pref = max_u64 (learnt_preferred, ppref);
-    size = max_u64 (learnt_unit ? learnt_unit : DEFAULT_SIZE, pref);
+    pref = MAX (learnt_preferred, ppref);
+    size = MAX (learnt_unit ? learnt_unit : DEFAULT_SIZE, pref);
   }
   else if (ppref > HINT_SIZE)
     size = pref = ppref;
   else {
     size = DEFAULT_SIZE;
-    pref = max_u64 (HINT_SIZE, geo->min);
+    pref = MAX (HINT_SIZE, geo->min);
   }
-  size = max_u64 (size, geo->min);
-  geo->size = round_down (min_u64 (size, geo->max), geo->min);
+  size = MAX (size, geo->min);
+  geo->size = ROUND_DOWN (MIN (size, geo->max), geo->min);
   /* Never above the export: a client sizes its buffers by it. */
-  *preferred = preferred_pow2 (min_u64 (min_u64 (max_u64 (pref, geo->min),
+  *preferred = preferred_pow2 (MIN (MIN (MAX (pref, geo->min),
                                                  geo->size),
-                                        max_u64 (geo->exportsize, 1)));
+                                        MAX (geo->exportsize, 1)));
 
   nbdkit_debug ("reshape: plugin advertises preferred %" PRIu32
                 "; requests to it: aligned to %" PRIu32

@@ -92,7 +92,7 @@ pool_init (uint64_t cap)
   pool.share[POOL_CACHE] =
     pool.share[POOL_REQUEST] * CACHE_SHARE_NUM / CACHE_SHARE_DEN;
   pool.largest = pool.share[POOL_STAGING] >= (1 << MIN_SHIFT) ?
-    min_u64 (pow2_floor (pool.share[POOL_STAGING]), UINT32_MAX / 2 + 1) : 0;
+    MIN (pow2_floor (pool.share[POOL_STAGING]), UINT32_MAX / 2 + 1) : 0;
 }
 
 void

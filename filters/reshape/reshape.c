@@ -386,7 +386,6 @@ reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
   int r;
 
   stats_client (OP_PREAD, count);
-  budget_client (count);
   sockbuf_reply (&h->sb, count);
   call_init (&c, next, h);
   down_init (&d, &c);

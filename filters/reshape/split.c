@@ -239,7 +239,7 @@ helpers_for (uint64_t count, uint32_t step)
 
   if (!reshape_cfg.parallel_ok || fanout <= 1)
     return 0;
-  return min_u64 (max_pieces (count, step) - 1, fanout - 1);
+  return MIN (max_pieces (count, step) - 1, fanout - 1);
 }
 
 /* Helpers overlap plugin time; a plugin that answered the last split
@@ -300,7 +300,7 @@ run_pieces (const struct op *o, uint64_t offset, uint64_t count,
   pthread_mutex_destroy (&sw.lock);
   if (sw.n > 1) {
     /* The mean piece time; never 0, which means "not timed yet". */
-    const uint64_t mean = max_u64 (sw.busy_ns / sw.n, 1);
+    const uint64_t mean = MAX (sw.busy_ns / sw.n, 1);
 
     stats_add (C_SPLITS, 1);
     __atomic_store_n (&o->io->split->piece_ns[o->write], mean,

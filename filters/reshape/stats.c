@@ -157,6 +157,12 @@ stats_client (enum stats_op op, uint64_t bytes)
   atomic_max (&last_ns, t);
 }
 
+uint64_t
+stats_client_read (void)
+{
+  return __atomic_load_n (&client[OP_PREAD].bytes, __ATOMIC_RELAXED);
+}
+
 void
 stats_plugin (enum stats_op op, uint64_t bytes)
 {

@@ -54,6 +54,10 @@ enum stats_counter {
 /* The server's start, for the report's elapsed times. */
 extern void stats_start (void);
 extern void stats_client (enum stats_op op, uint64_t bytes);
+/* The bytes clients have read, all exports' (the readahead budget's
+ * measure).
+ */
+extern uint64_t stats_client_read (void);
 extern void stats_plugin (enum stats_op op, uint64_t bytes);
 extern void stats_add (enum stats_counter c, uint64_t n);
 extern void stats_max (enum stats_counter c, uint64_t v);

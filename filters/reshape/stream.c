@@ -119,7 +119,7 @@ enum fill_result {
 static uint32_t
 fill_cap (const struct geometry *geo)
 {
-  return round_down (min_u64 (reshape_cfg.readahead,
+  return ROUND_DOWN (MIN (reshape_cfg.readahead,
                               pool_largest (POOL_REQUEST)), geo->min);
 }
 
@@ -151,7 +151,7 @@ next_window (struct stream *s, const struct geometry *geo, uint32_t cap,
     s->latency = UINT64_MAX;            /* a new stream: time it anew */
   else if (count < geo->size && waits && s->latency != UINT64_MAX &&
            s->latency >= PLUGIN_SLOW_NS)
-    size = min_u64 (s->window ? s->window * 2 : geo->size, cap);
+    size = MIN (s->window ? s->window * 2 : geo->size, cap);
   s->window = size;
   return size < geo->size ? 0 : size;
 }
@@ -355,9 +355,9 @@ window_read (struct stream *s, struct cache *cache, const struct io *io,
   stats_add (C_RA_MISSES, 1);
   if (io->tune)
     tune_get_sizes (io->tune, &learnt);
-  lo = round_down (rq->offset, max_u64 (geo->min, learnt.grain));
-  hi = max_u64 (lo + size, round_up (rq->offset + rq->count, geo->min));
-  hi = min_u64 (hi, geo->exportsize);
+  lo = ROUND_DOWN (rq->offset, MAX (geo->min, learnt.grain));
+  hi = MAX (lo + size, ROUND_UP (rq->offset + rq->count, geo->min));
+  hi = MIN (hi, geo->exportsize);
   if (cache_fill_begin (cache, &f, lo, hi, rq->offset,
                         rq->offset + rq->count))
     r = fill_read (cache, io, down, &f, rq, NULL, &result, err);
@@ -380,7 +380,7 @@ learnt_fetch (const struct io *io, uint32_t count, unsigned in_flight,
               struct tune_fetch *tf)
 {
   const struct geometry *geo = io->geo;
-  const uint64_t cap = min_u64 (min_u64 (pool_largest (POOL_REQUEST),
+  const uint64_t cap = MIN (MIN (pool_largest (POOL_REQUEST),
                                          geo->max), geo->exportsize);
 
   *tf = (struct tune_fetch) { .size = 0 };
@@ -398,7 +398,7 @@ learnt_fetch (const struct io *io, uint32_t count, unsigned in_flight,
 static uint64_t
 run_cap (const struct io *io, uint32_t grain)
 {
-  return max_u64 (round_down (fill_cap (io->geo), grain), grain);
+  return MAX (ROUND_DOWN (fill_cap (io->geo), grain), grain);
 }
 
 /* The stream's next run after its last, up to need at least: twice as
@@ -417,21 +417,21 @@ claim_after (struct stream *s, struct cache *cache, const struct io *io,
   const uint64_t last = s->run_hi - s->run_lo;
   const uint64_t lo = s->run_hi;
   const uint64_t cap = run_cap (io, grain);
-  const uint64_t reach = round_down (rq->offset, grain) + cap;
+  const uint64_t reach = ROUND_DOWN (rq->offset, grain) + cap;
   /* Whole grains: a run ending inside a grain would split it between
    * two fetches, each paying for all of it.
    */
-  uint64_t len = min_u64 (max_u64 (round_down (2 * last, grain), grain),
+  uint64_t len = MIN (MAX (ROUND_DOWN (2 * last, grain), grain),
                           cap);
 
   if (lo + len > reach)
-    len = reach > lo ? round_down (reach - lo, grain) : 0;
+    len = reach > lo ? ROUND_DOWN (reach - lo, grain) : 0;
   if (need > lo)
-    len = max_u64 (len, need - lo);
+    len = MAX (len, need - lo);
   if (len == 0 || lo >= io->geo->exportsize)
     return false;
   s->run_lo = lo;
-  s->run_hi = min_u64 (lo + len, io->geo->exportsize);
+  s->run_hi = MIN (lo + len, io->geo->exportsize);
   if (!cache_fill_begin (cache, f, s->run_lo, s->run_hi, rq->offset,
                          rq->offset + rq->count)) {
     s->run_lo = s->run_hi = 0;
@@ -451,8 +451,8 @@ static enum run_plan
 run_plan (struct stream *s, struct cache *cache, const struct io *io,
           uint32_t grain, const struct read_req *rq, struct cache_fill *f)
 {
-  const uint64_t lo = round_down (rq->offset, grain);
-  const uint64_t hi = min_u64 (lo + grain, io->geo->exportsize);
+  const uint64_t lo = ROUND_DOWN (rq->offset, grain);
+  const uint64_t hi = MIN (lo + grain, io->geo->exportsize);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
 
   if (rq->offset + rq->count > lo + grain)      /* across two grains */
@@ -545,8 +545,8 @@ block_alone (struct stream *s, struct cache *cache, const struct io *io,
   uint64_t took = 0;
   int r;
 
-  f.lo = round_down (rq->offset, tf->size);
-  f.hi = min_u64 (f.lo + tf->size, io->geo->exportsize);
+  f.lo = ROUND_DOWN (rq->offset, tf->size);
+  f.hi = MIN (f.lo + tf->size, io->geo->exportsize);
   if (rq->offset + rq->count > f.hi)
     r = pass_down (down, rq, err);
   else
@@ -689,11 +689,11 @@ stream_cache (struct cache *cache, const struct io *io,
 {
   const struct geometry *geo = io->geo;
   const uint64_t chunk = fill_cap (geo);
-  const uint64_t end = min_u64 (round_up (offset + count, geo->min),
+  const uint64_t end = MIN (ROUND_UP (offset + count, geo->min),
                                 geo->exportsize);
   const struct read_req nobody = { .buf = NULL };
   enum fill_result result;
-  uint64_t lo = round_down (offset, geo->min);
+  uint64_t lo = ROUND_DOWN (offset, geo->min);
   int ignored;                          /* advice: no client's error */
   struct cache_fill f;
 
@@ -702,8 +702,8 @@ stream_cache (struct cache *cache, const struct io *io,
   /* Chunks the cache holds already are skipped; the first that cannot
    * be read in (over budget, lost, failed) ends it.
    */
-  for (; lo < end; lo = min_u64 (lo + chunk, end)) {
-    const uint64_t hi = min_u64 (lo + chunk, end);
+  for (; lo < end; lo = MIN (lo + chunk, end)) {
+    const uint64_t hi = MIN (lo + chunk, end);
     if (cache_holds (cache, lo, hi))
       continue;
     if (!cache_fill_begin (cache, &f, lo, hi, lo, lo))

@@ -40,7 +40,7 @@ walk_init (struct walk *w, const struct geometry *geo,
 static uint64_t
 block_end (const struct walk *w, uint64_t block_start)
 {
-  return min_u64 (block_start + w->align, w->exportsize);
+  return MIN (block_start + w->align, w->exportsize);
 }
 
 /* How far an aligned piece starting at w->pos may reach. */
@@ -63,8 +63,8 @@ aligned_end (const struct walk *w)
     end -= end % w->align;
   else if (w->pos < last)
     end = last;
-  end = min_u64 (end, (w->pos / w->step + 1) * w->step);
-  return min_u64 (end, w->pos + w->cap);
+  end = MIN (end, (w->pos / w->step + 1) * w->step);
+  return MIN (end, w->pos + w->cap);
 }
 
 bool
@@ -80,7 +80,7 @@ walk_next (struct walk *w, struct piece *p)
   p->offset = w->pos;
   if (w->pos != bstart || w->end < bend) {
     p->partial = true;
-    p->count = min_u64 (w->end, bend) - w->pos;
+    p->count = MIN (w->end, bend) - w->pos;
     p->blk_offset = bstart;
     p->blk_count = bend - bstart;
   }
@@ -116,5 +116,5 @@ walk_round_out (const struct geometry *geo, uint64_t offset, uint32_t count,
   *start = offset - offset % geo->min;
   if (e % geo->min)
     e += geo->min - e % geo->min;
-  *end = min_u64 (e, geo->exportsize);
+  *end = MIN (e, geo->exportsize);
 }

@@ -458,8 +458,8 @@ overlay (const struct wb_claim *c, char *buf, uint32_t count,
 
   for (b = c->list; b; b = b->claimed)
     for (i = 0; i < b->staged.nr; i++) {
-      uint64_t lo = max_u64 (b->off + b->staged.r[i].lo, offset);
-      uint64_t hi = min_u64 (b->off + b->staged.r[i].hi, offset + count);
+      uint64_t lo = MAX (b->off + b->staged.r[i].lo, offset);
+      uint64_t hi = MIN (b->off + b->staged.r[i].hi, offset + count);
       if (lo < hi)
         memcpy (buf + (lo - offset), b->buf + (lo - b->off), hi - lo);
     }
@@ -477,8 +477,8 @@ patch (const struct wb_claim *c, const char *src, uint32_t count,
   const struct wb_block *b;
 
   for (b = c->list; b; b = b->claimed) {
-    uint64_t lo = max_u64 (b->off, offset);
-    uint64_t hi = min_u64 (b->off + b->len, offset + count);
+    uint64_t lo = MAX (b->off, offset);
+    uint64_t hi = MIN (b->off + b->len, offset + count);
     if (lo >= hi)
       continue;
     if (src)
@@ -807,9 +807,9 @@ static bool
 stage (struct wb_conn *wc, const struct io *io, const char *buf,
        uint32_t count, uint64_t offset)
 {
-  const uint64_t boff = round_down (offset, io->geo->size);
+  const uint64_t boff = ROUND_DOWN (offset, io->geo->size);
   const uint32_t len =
-    min_u64 (boff + io->geo->size, io->geo->exportsize) - boff;
+    MIN (boff + io->geo->size, io->geo->exportsize) - boff;
   bool evicted = false;
   struct wb_block *b;
 
@@ -871,7 +871,7 @@ writeback_pwrite (struct wb_conn *wc, const struct io *io,
       pool_largest (POOL_STAGING) < size)
     return write_through (wc, io, down, buf, count, offset, flags, err);
   while (pos < offset + count) {
-    const uint32_t n = min_u64 (round_down (pos, size) + size,
+    const uint32_t n = MIN (ROUND_DOWN (pos, size) + size,
                                 offset + count) - pos;
 
     if (!stage (wc, io, p + (pos - offset), n, pos))
