@@ -9,8 +9,8 @@
 #
 #   0  common tunables: arithmetic, scoped locks, the   } pure: no
 #      clock; the numbers                                } nbdkit
-#   1  walk rangelock ranges stage learn files warn      }
-#   2  stats params
+#   1  walk rangelock ranges learn files warn            }
+#   2  stats params io
 #   3  pool workers sockbuf tune
 #   4  cut profile
 #   5  split cache
@@ -22,8 +22,8 @@ requires nm --version
 
 layers="
 0 common tunables
-1 walk rangelock ranges stage learn files warn
-2 stats params
+1 walk rangelock ranges learn files warn
+2 stats params io
 3 pool workers sockbuf tune
 4 cut profile
 5 split cache

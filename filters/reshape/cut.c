@@ -238,7 +238,7 @@ bandit_learn (struct bandit *b, enum tune_dir d, unsigned cls, int o,
   }
   else if (b->ns_per_byte[o] > WORSE * b->ns_per_byte[!o])
     b->every = MIN (MAX (b->every, EXPLORE_EVERY) * 2,
-                        EXPLORE_RARELY);
+                    EXPLORE_RARELY);
   else if (b->samples[o] >= MIN_SAMPLES)   /* not worse: try sooner */
     b->every = MAX (b->every / 2, EXPLORE_EVERY);
 }

@@ -486,7 +486,7 @@ start_ladder (struct learn *l, uint32_t count, uint64_t cap)
 {
   struct ladder *ladder = &l->ladder;
   const uint64_t flat = MAX (size_class_bytes (size_class (count)),
-                                 MAX (l->min, 1));
+                             MAX (l->min, 1));
 
   if (count >= BASE_MAX || 2 * flat > cap)
     return false;

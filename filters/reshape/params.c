@@ -296,7 +296,7 @@ static uint32_t
 preferred_pow2 (uint64_t v)
 {
   return MIN (MAX (pow2_floor (MAX (v, 1)), NBD_PREFERRED_MIN),
-                  NBD_PREFERRED_MAX);
+              NBD_PREFERRED_MAX);
 }
 
 enum { MSG_MAX = 384 };                 /* a refusal's message */
@@ -430,7 +430,7 @@ params_sizes (struct geometry *geo, uint32_t ppref, uint32_t learnt_unit,
   geo->size = ROUND_DOWN (MIN (size, geo->max), geo->min);
   /* Never above the export: a client sizes its buffers by it. */
   *preferred = preferred_pow2 (MIN (MIN (MAX (pref, geo->min),
-                                                 geo->size),
+                                         geo->size),
                                         MAX (geo->exportsize, 1)));
 
   nbdkit_debug ("reshape: plugin advertises preferred %" PRIu32

@@ -21,7 +21,7 @@
  *
  * Each mechanism lives in its own file with its own header.  The order
  * in which a client request passes the stages is decided here alone:
- * a stage hands the request on through a struct down built here.  The
+ * a stage hands the request on through the struct io built here.  The
  * stages' own plugin requests (a readahead window, a write-back) go
  * straight to split.c, the bottom.
  */
@@ -44,7 +44,6 @@
 #include "profile.h"
 #include "sockbuf.h"
 #include "split.h"
-#include "stage.h"
 #include "stats.h"
 #include "stream.h"
 #include "tunables.h"
@@ -68,20 +67,39 @@ struct handle {
   struct sockbuf_conn sb;
 };
 
-/* One request on its way down. */
-struct call {
-  struct handle *h;
-  struct io io;
-};
-
-static void
-call_init (struct call *c, nbdkit_next *next, struct handle *h)
+/* The stages below write-back and the stream, for struct io. */
+static int
+pread_below (const struct io *io, void *buf, uint32_t count,
+             uint64_t offset, int *err)
 {
-  c->h = h;
+  return split_pread (io, buf, count, offset, err);
+}
+
+static int
+pwrite_below (const struct io *io, const void *buf, uint32_t count,
+              uint64_t offset, uint32_t flags, int *err)
+{
+  return split_pwrite (io, buf, count, offset, flags, err);
+}
+
+static bool
+fill_ok (const struct io *io, uint64_t lo, uint64_t hi)
+{
+  struct handle *h = io->conn;
+
+  return writeback_clean (&h->wb, io, lo, hi);
+}
+
+/* A request's context on its way down. */
+static void
+io_init (struct io *io, nbdkit_next *next, struct handle *h)
+{
   /* reshape-size=SIZE: nothing to learn, nothing timed. */
-  c->io = (struct io) { .next = next, .geo = &h->geo, .split = &h->split,
-                        .tune = reshape_cfg.size ? NULL : h->exp->tune,
-                        .cut = h->exp->cut };
+  *io = (struct io) { .next = next, .geo = &h->geo, .split = &h->split,
+                      .tune = reshape_cfg.size ? NULL : h->exp->tune,
+                      .cut = h->exp->cut, .pread_below = pread_below,
+                      .pwrite_below = pwrite_below, .fill_ok = fill_ok,
+                      .conn = h };
 }
 
 /* Twice in one stack, the copies would share one set of globals (and
@@ -307,10 +325,11 @@ reshape_prepare (nbdkit_next *next, void *handle, int readonly)
 static int
 reshape_finalize (nbdkit_next *next, void *handle)
 {
-  struct call c;
+  struct handle *h = handle;
+  struct io io;
 
-  call_init (&c, next, handle);
-  writeback_close (&c.h->wb, &c.io);
+  io_init (&io, next, h);
+  writeback_close (&h->wb, &io);
   profile_save (false, export_each);
   return 0;
 }
@@ -340,67 +359,31 @@ reshape_block_size (nbdkit_next *next, void *handle,
   return 0;
 }
 
-/* The stages below write-back and readahead, for struct down. */
-static int
-down_pread (void *opaque, void *buf, uint32_t count, uint64_t offset,
-            int *err)
-{
-  struct call *c = opaque;
-
-  return split_pread (&c->io, buf, count, offset, err);
-}
-
-static int
-down_pwrite (void *opaque, const void *buf, uint32_t count,
-             uint64_t offset, uint32_t flags, int *err)
-{
-  struct call *c = opaque;
-
-  return split_pwrite (&c->io, buf, count, offset, flags, err);
-}
-
-static bool
-window_ok (void *opaque, uint64_t lo, uint64_t hi)
-{
-  struct call *c = opaque;
-
-  return writeback_clean (&c->h->wb, &c->io, lo, hi);
-}
-
-static void
-down_init (struct down *d, struct call *c)
-{
-  *d = (struct down) { .pread = down_pread, .pwrite = down_pwrite,
-                       .window_ok = window_ok, .opaque = c };
-}
-
 static int
 reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
                uint64_t offset, uint32_t flags, int *err)
 {
   struct handle *h = handle;
-  struct call c;
-  struct down d;
+  struct io io;
   struct wb_claim claim;
   struct stream_ahead ahead = { .due = false };
   int r;
 
   stats_client (OP_PREAD, count);
   sockbuf_reply (&h->sb, count);
-  call_init (&c, next, h);
-  down_init (&d, &c);
+  io_init (&io, next, h);
   /* Cache hits are never older than staged data: staging a write drops
    * what it overlaps from the caches.
    */
-  writeback_begin (&h->wb, &c.io, offset, offset + count, &claim);
+  writeback_begin (&h->wb, &io, offset, offset + count, &claim);
   r = STREAM_PASS;
-  if (readahead_on (h) && !(c.io.tune && tune_fast (c.io.tune)))
-    r = stream_pread (&h->stream, h->cache, &c.io, &d,
-                      buf, count, offset, &ahead, err);
+  if (readahead_on (h) && !(io.tune && tune_fast (io.tune)))
+    r = stream_pread (&h->stream, h->cache, &io, buf, count, offset,
+                      &ahead, err);
   if (r == STREAM_PASS)
-    r = down_pread (&c, buf, count, offset, err);
+    r = pread_below (&io, buf, count, offset, err);
   writeback_end_read (&claim, buf, count, offset, r == 0);
-  stream_fetch_ahead (&h->stream, h->cache, &c.io, &d, &ahead);
+  stream_fetch_ahead (&h->stream, h->cache, &io, &ahead);
   return r;
 }
 
@@ -409,17 +392,15 @@ reshape_pwrite (nbdkit_next *next, void *handle, const void *buf,
                 uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
   struct handle *h = handle;
-  struct call c;
-  struct down d;
+  struct io io;
   int r;
 
   stats_client (OP_PWRITE, count);
-  call_init (&c, next, h);
-  down_init (&d, &c);
+  io_init (&io, next, h);
   if (reshape_cfg.writeback)
-    r = writeback_pwrite (&h->wb, &c.io, &d, buf, count, offset, flags, err);
+    r = writeback_pwrite (&h->wb, &io, buf, count, offset, flags, err);
   else
-    r = down_pwrite (&c, buf, count, offset, flags, err);
+    r = pwrite_below (&io, buf, count, offset, flags, err);
   /* Coherence: before the reply, whatever the outcome. */
   cache_invalidate_all (offset, offset + count);
   return r;
@@ -435,16 +416,16 @@ reshape_zero (nbdkit_next *next, void *handle, uint32_t count,
               uint64_t offset, uint32_t flags, int *err)
 {
   struct handle *h = handle;
-  struct call c;
+  struct io io;
   struct wb_claim claim;
   int r;
 
   stats_client (OP_ZERO, count);
-  call_init (&c, next, h);
+  io_init (&io, next, h);
   if (writeback_order (&h->wb, offset, offset + count, err) == -1)
     return -1;
-  writeback_begin (&h->wb, &c.io, offset, offset + count, &claim);
-  r = split_zero (&c.io, count, offset, flags, err);
+  writeback_begin (&h->wb, &io, offset, offset + count, &claim);
+  r = split_zero (&io, count, offset, flags, err);
   writeback_end_write (&claim, NULL, count, offset, r == 0);
   cache_invalidate_all (offset, offset + count);
   return r;
@@ -455,16 +436,16 @@ reshape_trim (nbdkit_next *next, void *handle, uint32_t count,
               uint64_t offset, uint32_t flags, int *err)
 {
   struct handle *h = handle;
-  struct call c;
+  struct io io;
   struct wb_claim claim;
   int r;
 
   stats_client (OP_TRIM, count);
-  call_init (&c, next, h);
+  io_init (&io, next, h);
   if (writeback_order (&h->wb, offset, offset + count, err) == -1)
     return -1;
-  writeback_begin (&h->wb, &c.io, offset, offset + count, &claim);
-  r = split_trim (&c.io, count, offset, flags, err);
+  writeback_begin (&h->wb, &io, offset, offset + count, &claim);
+  r = split_trim (&io, count, offset, flags, err);
   writeback_release (&claim);
   cache_invalidate_all (offset, offset + count);
   return r;
@@ -494,21 +475,19 @@ reshape_cache (nbdkit_next *next, void *handle, uint32_t count,
                uint64_t offset, uint32_t flags, int *err)
 {
   struct handle *h = handle;
-  struct call c;
-  struct down d;
+  struct io io;
 
   stats_client (OP_CACHE, count);
-  call_init (&c, next, h);
+  io_init (&io, next, h);
   /* A plugin learnt to have no latency gains nothing from a copy; a
    * layer below that does not cache gets no request (a hint, done).
    */
-  if (h->cache == NULL || (c.io.tune && tune_fast (c.io.tune))) {
+  if (h->cache == NULL || (io.tune && tune_fast (io.tune))) {
     if (h->next_cache == NBDKIT_CACHE_NONE)
       return 0;
-    return split_cache (&c.io, count, offset, flags, err);
+    return split_cache (&io, count, offset, flags, err);
   }
-  down_init (&d, &c);
-  stream_cache (h->cache, &c.io, &d, count, offset);
+  stream_cache (h->cache, &io, count, offset);
   return 0;
 }
 
@@ -518,37 +497,37 @@ reshape_extents (nbdkit_next *next, void *handle, uint32_t count,
                  struct nbdkit_extents *extents, int *err)
 {
   struct handle *h = handle;
-  struct call c;
+  struct io io;
   struct wb_claim claim;
 
   stats_client (OP_EXTENTS, count);
-  call_init (&c, next, h);
+  io_init (&io, next, h);
   /* Staged data would otherwise look like a hole, or like what the
    * plugin has: while the plugin refuses it, fail.
    */
-  writeback_begin (&h->wb, &c.io, offset, offset + count, &claim);
+  writeback_begin (&h->wb, &io, offset, offset + count, &claim);
   writeback_release (&claim);
   if (claim.held) {
     *err = claim.err;
     return -1;
   }
-  return split_extents (&c.io, count, offset, flags, extents, err);
+  return split_extents (&io, count, offset, flags, extents, err);
 }
 
 static int
 reshape_flush (nbdkit_next *next, void *handle, uint32_t flags, int *err)
 {
   struct handle *h = handle;
-  struct call c;
+  struct io io;
   int wb_err = 0, r;
 
   stats_client (OP_FLUSH, 0);
-  call_init (&c, next, h);
+  io_init (&io, next, h);
   /* Staged writes first.  The plugin's flush then makes durable what
    * did reach it, even when some of them failed (those stay staged
    * and fail this flush).
    */
-  r = writeback_flush (&h->wb, &c.io, &wb_err);
+  r = writeback_flush (&h->wb, &io, &wb_err);
   if (split_flush (next, flags, err) == -1)
     return -1;
   if (r == -1) {

@@ -18,6 +18,7 @@
 #include <nbdkit-filter.h>
 
 #include "cut.h"
+#include "io.h"
 #include "tune.h"
 #include "walk.h"
 
@@ -26,15 +27,6 @@
  */
 struct split_conn {
   uint64_t piece_ns[2];
-};
-
-/* One connection's way to the plugin, for one request. */
-struct io {
-  nbdkit_next *next;
-  const struct geometry *geo;
-  struct split_conn *split;
-  struct tune *tune;            /* reshape-size=auto: the export's */
-  struct cut *cut;              /* ... and its cut-or-whole choices */
 };
 
 /* Each returns 0, or -1 with *err set. */

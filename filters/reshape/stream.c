@@ -62,7 +62,6 @@
 #include "params.h"
 #include "pool.h"
 #include "split.h"
-#include "stage.h"
 #include "stats.h"
 #include "stream.h"
 #include "tunables.h"
@@ -120,7 +119,7 @@ static uint32_t
 fill_cap (const struct geometry *geo)
 {
   return ROUND_DOWN (MIN (reshape_cfg.readahead,
-                              pool_largest (POOL_REQUEST)), geo->min);
+                          pool_largest (POOL_REQUEST)), geo->min);
 }
 
 /* --- The stream's state, under its lock. --- */
@@ -246,13 +245,13 @@ run_lost (struct stream *s, const struct cache_fill *f)
 
 /* --- Fills. --- */
 
-/* The read as it is, to the stage below (nobody's: nothing to do). */
+/* The read as it is, to the stages below (nobody's: nothing to do). */
 static int
-pass_down (const struct down *down, const struct read_req *rq, int *err)
+pass_down (const struct io *io, const struct read_req *rq, int *err)
 {
   if (rq->buf == NULL)
     return 0;
-  return down->pread (down->opaque, rq->buf, rq->count, rq->offset, err);
+  return io->pread_below (io, rq->buf, rq->count, rq->offset, err);
 }
 
 /* A buffer for the fill, if it may be made: staged writes in its
@@ -262,9 +261,9 @@ pass_down (const struct down *down, const struct read_req *rq, int *err)
  * waiting for the fill may hold one.)  NULL: not made.
  */
 static char *
-fill_buffer (const struct down *down, const struct cache_fill *f)
+fill_buffer (const struct io *io, const struct cache_fill *f)
 {
-  if (!down->window_ok (down->opaque, f->lo, f->hi))
+  if (!io->fill_ok (io, f->lo, f->hi))
     return NULL;
   return pool_get (POOL_REQUEST, f->hi - f->lo);
 }
@@ -274,12 +273,12 @@ fill_buffer (const struct down *down, const struct cache_fill *f)
  * NULL): the plugin read's time, 0 if it was not made or failed.
  */
 static int
-fill_read (struct cache *cache, const struct io *io, const struct down *down,
-           struct cache_fill *f, const struct read_req *rq, uint64_t *took,
-           enum fill_result *result, int *err)
+fill_read (struct cache *cache, const struct io *io, struct cache_fill *f,
+           const struct read_req *rq, uint64_t *took, enum fill_result *result,
+           int *err)
 {
   const uint32_t len = f->hi - f->lo;
-  char *data = fill_buffer (down, f);
+  char *data = fill_buffer (io, f);
   uint64_t start;
   int r;
 
@@ -289,7 +288,7 @@ fill_read (struct cache *cache, const struct io *io, const struct down *down,
     cache_fill_end (cache, f, NULL, 0, false);
     stats_add (C_RA_LOST, 1);
     *result = FILL_LOST;
-    return pass_down (down, rq, err);
+    return pass_down (io, rq, err);
   }
   /* A timed fill times the plugin, not the first touch of fresh
    * memory (a new pool buffer faults its pages in as it is written).
@@ -314,7 +313,7 @@ fill_read (struct cache *cache, const struct io *io, const struct down *down,
     }
   }
   if (r == -1)
-    r = pass_down (down, rq, err);
+    r = pass_down (io, rq, err);
   return r;
 }
 
@@ -342,8 +341,7 @@ fill_wait (struct cache *cache, bool held, const struct read_req *rq)
  */
 static int
 window_read (struct stream *s, struct cache *cache, const struct io *io,
-             const struct down *down, uint32_t size,
-             const struct read_req *rq, int *err)
+             uint32_t size, const struct read_req *rq, int *err)
 {
   const struct geometry *geo = io->geo;
   struct tune_sizes learnt = { 0 };
@@ -360,9 +358,9 @@ window_read (struct stream *s, struct cache *cache, const struct io *io,
   hi = MIN (hi, geo->exportsize);
   if (cache_fill_begin (cache, &f, lo, hi, rq->offset,
                         rq->offset + rq->count))
-    r = fill_read (cache, io, down, &f, rq, NULL, &result, err);
+    r = fill_read (cache, io, &f, rq, NULL, &result, err);
   else
-    r = pass_down (down, rq, err);
+    r = pass_down (io, rq, err);
   if (result == FILL_FAILED)
     window_failed (s);
   return r;
@@ -381,7 +379,7 @@ learnt_fetch (const struct io *io, uint32_t count, unsigned in_flight,
 {
   const struct geometry *geo = io->geo;
   const uint64_t cap = MIN (MIN (pool_largest (POOL_REQUEST),
-                                         geo->max), geo->exportsize);
+                                 geo->max), geo->exportsize);
 
   *tf = (struct tune_fetch) { .size = 0 };
   if (io->tune == NULL)
@@ -422,7 +420,7 @@ claim_after (struct stream *s, struct cache *cache, const struct io *io,
    * two fetches, each paying for all of it.
    */
   uint64_t len = MIN (MAX (ROUND_DOWN (2 * last, grain), grain),
-                          cap);
+                      cap);
 
   if (lo + len > reach)
     len = reach > lo ? ROUND_DOWN (reach - lo, grain) : 0;
@@ -481,14 +479,13 @@ run_plan (struct stream *s, struct cache *cache, const struct io *io,
 /* Read run f for rq, and what the stream makes of the outcome. */
 static int
 run_read (struct stream *s, struct cache *cache, const struct io *io,
-          const struct down *down, struct cache_fill *f,
-          const struct read_req *rq, int *err)
+          struct cache_fill *f, const struct read_req *rq, int *err)
 {
   enum fill_result result;
   int r;
 
   stats_add (C_RA_GRAINS, 1);
-  r = fill_read (cache, io, down, f, rq, NULL, &result, err);
+  r = fill_read (cache, io, f, rq, NULL, &result, err);
   if (result == FILL_LOST)
     run_lost (s, f);
   else if (result == FILL_FAILED)
@@ -504,8 +501,8 @@ run_read (struct stream *s, struct cache *cache, const struct io *io,
  */
 static int
 block_read (struct stream *s, struct cache *cache, const struct io *io,
-            const struct down *down, struct cache_fill *f,
-            const struct read_req *rq, uint64_t *took, int *err)
+            struct cache_fill *f, const struct read_req *rq, uint64_t *took,
+            int *err)
 {
   enum fill_result result;
   unsigned tries;
@@ -518,7 +515,7 @@ block_read (struct stream *s, struct cache *cache, const struct io *io,
                                      rq->offset + rq->count)) {
     case 1:
       stats_add (C_RA_GRAINS, 1);
-      r = fill_read (cache, io, down, f, rq, took, &result, err);
+      r = fill_read (cache, io, f, rq, took, &result, err);
       if (result == FILL_FAILED)
         runs_reset (s);
       return r;
@@ -527,10 +524,10 @@ block_read (struct stream *s, struct cache *cache, const struct io *io,
         return 0;
       break;
     default:
-      return pass_down (down, rq, err);
+      return pass_down (io, rq, err);
     }
   }
-  return pass_down (down, rq, err);
+  return pass_down (io, rq, err);
 }
 
 /* The aligned block of tf->size bytes holding rq, fetched alone (the
@@ -538,8 +535,7 @@ block_read (struct stream *s, struct cache *cache, const struct io *io,
  */
 static int
 block_alone (struct stream *s, struct cache *cache, const struct io *io,
-             const struct down *down, const struct tune_fetch *tf,
-             const struct read_req *rq, int *err)
+             const struct tune_fetch *tf, const struct read_req *rq, int *err)
 {
   struct cache_fill f;
   uint64_t took = 0;
@@ -548,9 +544,9 @@ block_alone (struct stream *s, struct cache *cache, const struct io *io,
   f.lo = ROUND_DOWN (rq->offset, tf->size);
   f.hi = MIN (f.lo + tf->size, io->geo->exportsize);
   if (rq->offset + rq->count > f.hi)
-    r = pass_down (down, rq, err);
+    r = pass_down (io, rq, err);
   else
-    r = block_read (s, cache, io, down, &f, rq, tf->rung ? &took : NULL,
+    r = block_read (s, cache, io, &f, rq, tf->rung ? &took : NULL,
                     err);
   if (tf->rung)
     tune_sample_done (io->tune, tf, took);
@@ -562,22 +558,21 @@ block_alone (struct stream *s, struct cache *cache, const struct io *io,
  */
 static int
 grains_read (struct stream *s, struct cache *cache, const struct io *io,
-             const struct down *down, const struct tune_fetch *tf,
-             const struct read_req *rq, int *err)
+             const struct tune_fetch *tf, const struct read_req *rq, int *err)
 {
   struct cache_fill f;
 
   if (tf->alone)
-    return block_alone (s, cache, io, down, tf, rq, err);
+    return block_alone (s, cache, io, tf, rq, err);
   switch (run_plan (s, cache, io, tf->size, rq, &f)) {
   case RUN_NEXT:
-    return run_read (s, cache, io, down, &f, rq, err);
+    return run_read (s, cache, io, &f, rq, err);
   case RUN_ALONE:
-    return block_read (s, cache, io, down, &f, rq, NULL, err);
+    return block_read (s, cache, io, &f, rq, NULL, err);
   case RUN_NONE:
     break;
   }
-  return pass_down (down, rq, err);
+  return pass_down (io, rq, err);
 }
 
 /* rq was served from the cache half way or more through the stream's
@@ -612,8 +607,7 @@ ahead_due (struct stream *s, struct cache *cache, const struct io *io,
 /* A read that misses the cache, in the stream or not. */
 static int
 read_missed (struct stream *s, struct cache *cache, const struct io *io,
-             const struct down *down, const struct seen *v,
-             const struct read_req *rq, int *err)
+             const struct seen *v, const struct read_req *rq, int *err)
 {
   struct tune_fetch tf = { .size = 0 };
   uint64_t start, took = 0;
@@ -624,9 +618,9 @@ read_missed (struct stream *s, struct cache *cache, const struct io *io,
   if (v->in_stream)
     learnt_fetch (io, rq->count, v->in_flight, &tf);
   if (tf.size)
-    return grains_read (s, cache, io, down, &tf, rq, err);
+    return grains_read (s, cache, io, &tf, rq, err);
   start = now_ns ();
-  r = pass_down (down, rq, err);
+  r = pass_down (io, rq, err);
   if (r == 0)
     took = now_ns () - start;
   stream_timed (s, took);
@@ -637,8 +631,8 @@ read_missed (struct stream *s, struct cache *cache, const struct io *io,
 
 int
 stream_pread (struct stream *s, struct cache *cache, const struct io *io,
-              const struct down *down, void *buf, uint32_t count,
-              uint64_t offset, struct stream_ahead *ahead, int *err)
+              void *buf, uint32_t count, uint64_t offset,
+              struct stream_ahead *ahead, int *err)
 {
   const struct read_req rq = { .buf = buf, .count = count,
                                .offset = offset };
@@ -662,16 +656,15 @@ stream_pread (struct stream *s, struct cache *cache, const struct io *io,
       ahead_due (s, cache, io, &rq, &ahead->f);
   }
   else if (v.window)
-    r = window_read (s, cache, io, down, v.window, &rq, err);
+    r = window_read (s, cache, io, v.window, &rq, err);
   else
-    r = read_missed (s, cache, io, down, &v, &rq, err);
+    r = read_missed (s, cache, io, &v, &rq, err);
   stream_end (s);
   return r;
 }
 
 void
-stream_fetch_ahead (struct stream *s, struct cache *cache,
-                    const struct io *io, const struct down *down,
+stream_fetch_ahead (struct stream *s, struct cache *cache, const struct io *io,
                     struct stream_ahead *ahead)
 {
   const struct read_req nobody = { .buf = NULL };
@@ -680,17 +673,17 @@ stream_fetch_ahead (struct stream *s, struct cache *cache,
   if (!ahead->due)
     return;
   stats_add (C_RA_AHEAD, 1);
-  run_read (s, cache, io, down, &ahead->f, &nobody, &ignored);
+  run_read (s, cache, io, &ahead->f, &nobody, &ignored);
 }
 
 void
-stream_cache (struct cache *cache, const struct io *io,
-              const struct down *down, uint32_t count, uint64_t offset)
+stream_cache (struct cache *cache, const struct io *io, uint32_t count,
+              uint64_t offset)
 {
   const struct geometry *geo = io->geo;
   const uint64_t chunk = fill_cap (geo);
   const uint64_t end = MIN (ROUND_UP (offset + count, geo->min),
-                                geo->exportsize);
+                            geo->exportsize);
   const struct read_req nobody = { .buf = NULL };
   enum fill_result result;
   uint64_t lo = ROUND_DOWN (offset, geo->min);
@@ -709,7 +702,7 @@ stream_cache (struct cache *cache, const struct io *io,
     if (!cache_fill_begin (cache, &f, lo, hi, lo, lo))
       break;
     stats_add (C_RA_CACHED, f.hi - f.lo);
-    fill_read (cache, io, down, &f, &nobody, NULL, &result, &ignored);
+    fill_read (cache, io, &f, &nobody, NULL, &result, &ignored);
     if (result != FILL_KEPT)
       break;
   }

@@ -16,8 +16,7 @@
 #include <stdint.h>
 
 #include "cache.h"
-#include "split.h"
-#include "stage.h"
+#include "io.h"
 
 /* One connection's stream. */
 struct stream {
@@ -52,15 +51,15 @@ struct stream_ahead {
 #define STREAM_PASS 1
 
 /* Serve a read from the stream: from the cache, by a window or grains
- * filling it, or down (down->pread) when neither pays.  0, or -1 with
- * *err set, or STREAM_PASS.
+ * filling it, or below (io->pread_below) when neither pays.  0, or -1
+ * with *err set, or STREAM_PASS.
  */
 extern int stream_pread (struct stream *s, struct cache *cache,
-                         const struct io *io, const struct down *down,
-                         void *buf, uint32_t count, uint64_t offset,
-                         struct stream_ahead *ahead, int *err);
+                         const struct io *io, void *buf, uint32_t count,
+                         uint64_t offset, struct stream_ahead *ahead,
+                         int *err);
 extern void stream_fetch_ahead (struct stream *s, struct cache *cache,
-                                const struct io *io, const struct down *down,
+                                const struct io *io,
                                 struct stream_ahead *ahead);
 
 /* A client's cache request (NBD_CMD_CACHE, as nbdkit's scan and
@@ -69,7 +68,6 @@ extern void stream_fetch_ahead (struct stream *s, struct cache *cache,
  * what is not read, or fails, costs the client nothing.
  */
 extern void stream_cache (struct cache *cache, const struct io *io,
-                          const struct down *down, uint32_t count,
-                          uint64_t offset);
+                          uint32_t count, uint64_t offset);
 
 #endif /* NBDKIT_RESHAPE_STREAM_H */

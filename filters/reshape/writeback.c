@@ -66,8 +66,8 @@
 #include "common.h"
 #include "pool.h"
 #include "ranges.h"
+#include "io.h"
 #include "split.h"
-#include "stage.h"
 #include "stats.h"
 #include "tunables.h"
 #include "writeback.h"
@@ -843,23 +843,21 @@ stage (struct wb_conn *wc, const struct io *io, const char *buf,
  * overlaps, and is copied into those the plugin still refuses.
  */
 static int
-write_through (struct wb_conn *wc, const struct io *io,
-               const struct down *down, const void *buf, uint32_t count,
-               uint64_t offset, uint32_t flags, int *err)
+write_through (struct wb_conn *wc, const struct io *io, const void *buf,
+               uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
   struct wb_claim c;
   int r;
 
   writeback_begin (wc, io, offset, offset + count, &c);
-  r = down->pwrite (down->opaque, buf, count, offset, flags, err);
+  r = io->pwrite_below (io, buf, count, offset, flags, err);
   writeback_end_write (&c, buf, count, offset, r == 0);
   return r;
 }
 
 int
-writeback_pwrite (struct wb_conn *wc, const struct io *io,
-                  const struct down *down, const void *buf, uint32_t count,
-                  uint64_t offset, uint32_t flags, int *err)
+writeback_pwrite (struct wb_conn *wc, const struct io *io, const void *buf,
+                  uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
   const uint32_t size = io->geo->size;
   const char *p = buf;
@@ -869,15 +867,15 @@ writeback_pwrite (struct wb_conn *wc, const struct io *io,
     return -1;
   if (!wc->may_stage || (flags & NBDKIT_FLAG_FUA) || count >= size ||
       pool_largest (POOL_STAGING) < size)
-    return write_through (wc, io, down, buf, count, offset, flags, err);
+    return write_through (wc, io, buf, count, offset, flags, err);
   while (pos < offset + count) {
     const uint32_t n = MIN (ROUND_DOWN (pos, size) + size,
-                                offset + count) - pos;
+                            offset + count) - pos;
 
     if (!stage (wc, io, p + (pos - offset), n, pos))
       /* What is left goes through, in order. */
-      return write_through (wc, io, down, p + (pos - offset),
-                      offset + count - pos, pos, flags, err);
+      return write_through (wc, io, p + (pos - offset),
+                            offset + count - pos, pos, flags, err);
     pos += n;
   }
   return 0;

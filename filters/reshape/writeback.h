@@ -13,8 +13,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "io.h"
 #include "split.h"
-#include "stage.h"
 
 struct writeback;               /* one export's staged blocks */
 struct wb_block;
@@ -67,9 +67,8 @@ extern void writeback_close (struct wb_conn *wc, const struct io *io);
  * down after the staged blocks it overlaps.  0, or -1 with *err set.
  */
 extern int writeback_pwrite (struct wb_conn *wc, const struct io *io,
-                             const struct down *down, const void *buf,
-                             uint32_t count, uint64_t offset,
-                             uint32_t flags, int *err);
+                             const void *buf, uint32_t count,
+                             uint64_t offset, uint32_t flags, int *err);
 
 /* Before a write (of any kind) to [lo, hi): what other export names
  * staged there is written back first.  0, or -1 with *err set when

@@ -1,0 +1,46 @@
+/* nbdkit-reshape-filter
+ * Copyright the nbdkit-reshape-filter authors.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * struct io: a client request's context on its way to the plugin, the
+ * one every stage and split.c take.  reshape.c builds one per request.
+ */
+
+#ifndef NBDKIT_RESHAPE_IO_H
+#define NBDKIT_RESHAPE_IO_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <nbdkit-filter.h>
+
+#include "walk.h"
+
+struct cut;
+struct split_conn;
+struct tune;
+
+struct io {
+  nbdkit_next *next;
+  const struct geometry *geo;   /* the connection's, settled at prepare */
+  struct split_conn *split;     /* the connection's piece timings */
+  struct tune *tune;            /* reshape-size=auto: the export's */
+  struct cut *cut;              /* ... and its cut-or-whole choices */
+  /* A stage (write-back, a stream) hands a client request on to the
+   * stages below it through these, without knowing which they are:
+   * the order of the stages is written in reshape.c alone.  0, or -1
+   * with *err set.
+   */
+  int (*pread_below) (const struct io *io, void *buf, uint32_t count,
+                      uint64_t offset, int *err);
+  int (*pwrite_below) (const struct io *io, const void *buf,
+                       uint32_t count, uint64_t offset, uint32_t flags,
+                       int *err);
+  /* May a fill of the read cache over [lo, hi) keep what the plugin
+   * has there?  (Not while staged writes there are not in the plugin.)
+   */
+  bool (*fill_ok) (const struct io *io, uint64_t lo, uint64_t hi);
+  void *conn;                   /* reshape.c's, for these three */
+};
+
+#endif /* NBDKIT_RESHAPE_IO_H */
