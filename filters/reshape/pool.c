@@ -168,10 +168,9 @@ release_one_idle (void)
 
 /* Allocate outside the lock; room was reserved in pool.total already.
  * Buffers of 2M and up (readahead windows, big staging blocks) are
- * aligned to and advised into huge pages where the kernel allows:
- * filling a fresh 8M window otherwise takes 2048 page faults, which in
- * a VM cost more than the plugin's reads (bench/accel.sh, the naive
- * 4K reader over a 1 ms plugin: 0.86 s without, 0.71 s with).
+ * aligned to and advised into huge pages where the kernel allows: a
+ * fresh 8M window otherwise faults in 2048 pages, which in a VM cost
+ * more than the plugin's reads (docs/design.md, The pool).
  */
 static void *
 allocate (enum pool_use use, unsigned c)
