@@ -344,16 +344,14 @@ window_read (struct stream *s, struct cache *cache, const struct io *io,
              uint32_t size, const struct read_req *rq, int *err)
 {
   const struct geometry *geo = io->geo;
-  struct tune_sizes learnt = { 0 };
+  const uint32_t grain = io->tune ? tune_grain (io->tune) : 0;
   enum fill_result result = FILL_LOST;
   struct cache_fill f;
   uint64_t lo, hi;
   int r;
 
   stats_add (C_RA_MISSES, 1);
-  if (io->tune)
-    tune_get_sizes (io->tune, &learnt);
-  lo = ROUND_DOWN (rq->offset, MAX (geo->min, learnt.grain));
+  lo = ROUND_DOWN (rq->offset, MAX (geo->min, grain));
   hi = MAX (lo + size, ROUND_UP (rq->offset + rq->count, geo->min));
   hi = MIN (hi, geo->exportsize);
   if (cache_fill_begin (cache, &f, lo, hi, rq->offset,
@@ -585,12 +583,9 @@ ahead_due (struct stream *s, struct cache *cache, const struct io *io,
            const struct read_req *rq, struct cache_fill *f)
 {
   const struct read_req nobody = { .buf = NULL, .offset = rq->offset };
-  struct tune_sizes learnt = { 0 };
+  const uint32_t grain = io->tune ? tune_grain (io->tune) : 0;
 
-  if (io->tune)
-    tune_get_sizes (io->tune, &learnt);
-  if (learnt.grain <= rq->count ||
-      learnt.grain > pool_largest (POOL_REQUEST))
+  if (grain <= rq->count || grain > pool_largest (POOL_REQUEST))
     return false;
 
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
@@ -599,7 +594,7 @@ ahead_due (struct stream *s, struct cache *cache, const struct io *io,
   if (rq->offset < s->run_lo || rq->offset >= s->run_hi ||
       rq->offset + rq->count <= s->run_lo + (s->run_hi - s->run_lo) / 2)
     return false;
-  return claim_after (s, cache, io, learnt.grain, 0, &nobody, f);
+  return claim_after (s, cache, io, grain, 0, &nobody, f);
 }
 
 /* --- Serving a read. --- */

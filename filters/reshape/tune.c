@@ -31,6 +31,10 @@ struct tune {
   pthread_mutex_t lock;                 /* all below */
   struct geometry geo;                  /* learnt on; exportsize 0: none */
   struct learn learn;
+  /* What every request asks, published after each change so that it
+   * reads it without the lock: the grain | fast << 32.  Atomic.
+   */
+  uint64_t published;
 };
 
 /* Bumped whenever what is learnt changes, atomic. */
@@ -84,6 +88,18 @@ core (struct tune *t)
   return &t->learn;
 }
 
+/* The learning may have changed: publish what requests read.  Lock
+ * held.
+ */
+static void
+publish (struct tune *t)
+{
+  const uint64_t fast = learn_known (&t->learn) && t->learn.learnt.fast;
+
+  __atomic_store_n (&t->published, t->learn.sizes.grain | fast << 32,
+                    __ATOMIC_RELAXED);
+}
+
 /* What is learnt changed: profiles save it.  Lock held. */
 static void
 learnt_changed (struct tune *t)
@@ -106,6 +122,7 @@ tune_connect (struct tune *t, const struct geometry *geo)
   }
   t->geo = *geo;
   t->learn.min = geo->min;
+  publish (t);
 }
 
 bool
@@ -128,14 +145,19 @@ tune_teach (struct tune *t, const struct tune_learnt *l)
 
   if (learn_teach (core (t), l) && reshape_debug_tune)
     nbdkit_debug ("reshape: tune: export '%s': %s", t->name, t->learn.why);
+  publish (t);
 }
 
 bool
 tune_fast (struct tune *t)
 {
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+  return __atomic_load_n (&t->published, __ATOMIC_RELAXED) >> 32;
+}
 
-  return learn_known (&t->learn) && t->learn.learnt.fast;
+uint32_t
+tune_grain (struct tune *t)
+{
+  return __atomic_load_n (&t->published, __ATOMIC_RELAXED) & UINT32_MAX;
 }
 
 void
@@ -160,6 +182,7 @@ tune_record (struct tune *t, enum tune_dir d, uint64_t bytes, uint64_t ns)
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
   learn_record (&t->learn, d, bytes, ns);
+  publish (t);
 }
 
 void
@@ -169,6 +192,7 @@ tune_stream_fetch (struct tune *t, uint32_t count, unsigned in_flight,
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
   learn_fetch (core (t), count, in_flight, cap, f);
+  publish (t);
 }
 
 void
@@ -187,6 +211,7 @@ tune_sample_done (struct tune *t, const struct tune_fetch *f, uint64_t ns)
                   t->learn.note);
   if (changed)
     learnt_changed (t);
+  publish (t);
 }
 
 /* What the export's learning says, in a few words: its state. */

@@ -56,9 +56,12 @@ extern unsigned tune_generation (void);
 
 extern void tune_get_sizes (struct tune *t, struct tune_sizes *s);
 /* Learnt to have no latency: nothing the filter could read ahead,
- * fetch or cut for it pays, nor timing its calls.
+ * fetch or cut for it pays, nor timing its calls.  Without a lock,
+ * like tune_grain: every request asks.
  */
 extern bool tune_fast (struct tune *t);
+/* The learnt grain (0: none). */
+extern uint32_t tune_grain (struct tune *t);
 /* The model requests are cut by: 1 with *m set; 0 if nothing is
  * learnt yet; -1 if the plugin was learnt to have no latency (nothing
  * pays for cutting).
