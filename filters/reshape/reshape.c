@@ -412,43 +412,42 @@ reshape_pwrite (nbdkit_next *next, void *handle, const void *buf,
  * whatever the outcome.
  */
 static int
-reshape_zero (nbdkit_next *next, void *handle, uint32_t count,
-              uint64_t offset, uint32_t flags, int *err)
+erase (nbdkit_next *next, struct handle *h, enum stats_op op,
+       uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
-  struct handle *h = handle;
   struct io io;
   struct wb_claim claim;
   int r;
 
-  stats_client (OP_ZERO, count);
+  stats_client (op, count);
   io_init (&io, next, h);
   if (writeback_order (&h->wb, offset, offset + count, err) == -1)
     return -1;
   writeback_begin (&h->wb, &io, offset, offset + count, &claim);
-  r = split_zero (&io, count, offset, flags, err);
-  writeback_end_write (&claim, NULL, count, offset, r == 0);
+  if (op == OP_ZERO) {
+    r = split_zero (&io, count, offset, flags, err);
+    writeback_end_write (&claim, NULL, count, offset, r == 0);
+  }
+  else {
+    r = split_trim (&io, count, offset, flags, err);
+    writeback_release (&claim);
+  }
   cache_invalidate_all (offset, offset + count);
   return r;
+}
+
+static int
+reshape_zero (nbdkit_next *next, void *handle, uint32_t count,
+              uint64_t offset, uint32_t flags, int *err)
+{
+  return erase (next, handle, OP_ZERO, count, offset, flags, err);
 }
 
 static int
 reshape_trim (nbdkit_next *next, void *handle, uint32_t count,
               uint64_t offset, uint32_t flags, int *err)
 {
-  struct handle *h = handle;
-  struct io io;
-  struct wb_claim claim;
-  int r;
-
-  stats_client (OP_TRIM, count);
-  io_init (&io, next, h);
-  if (writeback_order (&h->wb, offset, offset + count, err) == -1)
-    return -1;
-  writeback_begin (&h->wb, &io, offset, offset + count, &claim);
-  r = split_trim (&io, count, offset, flags, err);
-  writeback_release (&claim);
-  cache_invalidate_all (offset, offset + count);
-  return r;
+  return erase (next, handle, OP_TRIM, count, offset, flags, err);
 }
 
 /* With a read cache, cache requests fill it (so that nbdkit's scan

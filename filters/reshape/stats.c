@@ -21,6 +21,7 @@
 
 #include <nbdkit-filter.h>
 
+#include "common.h"
 #include "files.h"
 #include "stats.h"
 
@@ -90,15 +91,6 @@ static const struct {
   [C_SOCK_OBTAINED] = { "socket send buffer obtained",
                         "socket_sndbuf_bytes", true },
 };
-
-static uint64_t
-now_ns (void)
-{
-  struct timespec ts;
-
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return (uint64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static unsigned
 bucket (uint64_t bytes)
