@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The filter's layers, defined here (README's Layout shows them).  A
+# The filter's layers, defined here (HACKING's Layout shows them).  A
 # file may include the headers of lower layers and its own, and
 # (checked on the built objects with nm) call functions of lower
 # layers and its own file: never up, never sideways.  So no two files
