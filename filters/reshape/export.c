@@ -4,8 +4,10 @@
  *
  * The export registry: one entry per export name, holding the name's
  * learning and what the connections of its plain and TLS clients
- * share.  Its lock is taken only when a connection opens or closes,
- * and by the rare walks over every name (a profile saved, the
+ * share.  It alone finds an export by name: writes staged under one
+ * (writeback.c) are kept with it, so that a client that reconnects
+ * sees them.  Its lock is taken only when a connection opens or
+ * closes, and by the rare walks over every name (a profile saved, the
  * report); never on a request's path.
  */
 
@@ -27,7 +29,7 @@
 #include "writeback.h"
 
 /* One export name.  Kept while no connection holds it, for its
- * learning.
+ * learning, and while writes staged under it wait for the plugin.
  */
 struct entry {
   char *name;
@@ -47,23 +49,26 @@ static int
 export_open (struct export *exp, const char *name)
 {
   exp->cache = cache_new ();
-  exp->wb = writeback_get (name, exp->tls);
+  if (exp->wb == NULL)
+    exp->wb = writeback_new (name);
   exp->cut = cut_new ();
   return exp->cache && exp->wb && exp->cut ? 0 : -1;
 }
 
-/* And freed at the last close (or a failed open). */
+/* And freed at the last close (or a failed open), the staged writes
+ * only once the plugin has them all: until then they are the only
+ * copy of acknowledged data.
+ */
 static void
 export_close (struct export *exp)
 {
   if (exp->cache)
     cache_free (exp->cache);
-  if (exp->wb)
-    writeback_put (exp->wb);
+  if (exp->wb && writeback_drop (exp->wb))
+    exp->wb = NULL;
   if (exp->cut)
     cut_free (exp->cut);
   exp->cache = NULL;
-  exp->wb = NULL;
   exp->cut = NULL;
 }
 
@@ -84,8 +89,14 @@ entry_held (const struct entry *e)
   return e->by_tls[false].refs || e->by_tls[true].refs;
 }
 
-/* Forget the least recently used name no connection holds, if the
- * registry is full.  Registry lock held.
+static bool
+entry_staged (const struct entry *e)
+{
+  return e->by_tls[false].wb || e->by_tls[true].wb;
+}
+
+/* Forget the least recently used name no connection holds and with
+ * nothing staged, if the registry is full.  Registry lock held.
  */
 static void
 forget_one (void)
@@ -95,7 +106,7 @@ forget_one (void)
   if (registry.count < EXPORTS_MAX)
     return;
   for (pp = &registry.list; *pp; pp = &(*pp)->next)
-    if (!entry_held (*pp))
+    if (!entry_held (*pp) && !entry_staged (*pp))
       victim = pp;
   if (victim) {
     struct entry *e = *victim;
@@ -118,7 +129,6 @@ entry_new (const char *name)
     entry_free (e);
     return NULL;
   }
-  e->by_tls[true].tls = true;
   e->by_tls[false].tune = e->by_tls[true].tune = e->tune;
   return e;
 }
@@ -190,6 +200,7 @@ export_each (tune_visit *fn, void *opaque)
 
 /* A connection may still be closing at unload (nbdkit quitting on a
  * signal with a client connected): its entry stays for its close.
+ * Nothing is staged any more (writeback_shutdown).
  */
 void
 export_free_all (void)

@@ -24,19 +24,19 @@ struct cut;
 struct writeback;
 
 struct export {
-  bool tls;
   unsigned refs;              /* connections using it (registry lock) */
   struct cache *cache;        /* readahead data (with multi-conn) */
-  struct writeback *wb;       /* staged writes */
+  struct writeback *wb;       /* staged writes: kept while any */
   struct cut *cut;            /* cut-or-whole choices */
   struct tune *tune;          /* the name's learning: outlives the above */
 };
 
 /* The export named name, for clients with TLS or without, its state
- * made at its first connection and freed at its last close; NULL with
- * the error reported.  Each get is matched by one put.  At most a few
- * dozen names' learning is remembered: beyond that the least recently
- * used name no connection holds is forgotten.
+ * made at its first connection and freed at its last close (staged
+ * writes once the plugin has them); NULL with the error reported.
+ * Each get is matched by one put.  At most a few dozen names' learning
+ * is remembered: beyond that the least recently used name no
+ * connection holds and with nothing staged is forgotten.
  */
 extern struct export *export_get (const char *name, bool tls);
 extern void export_put (struct export *exp);

@@ -91,12 +91,10 @@ struct writeback {
   struct wb_block *blocks;      /* newest first */
   unsigned conns;               /* connections open to the export */
   bool shared;                  /* blocks shared: the first's multi-conn */
-  /* Registry fields, under staging.lock. */
-  char *name;
-  bool tls;
-  unsigned refs;                /* writeback_get minus writeback_put */
+  struct wb_conn *open;         /* its open connections */
+  char *name;                   /* the export's, for messages */
+  unsigned refs;                /* the export's, walks' (staging.lock) */
   struct writeback *next;
-  struct wb_conn *open;          /* its open connections */
 };
 
 /* Staging as a whole, every export's. */
@@ -104,7 +102,7 @@ static struct {
   uint64_t staged_bytes;        /* atomic: the fast path's test */
   uint64_t next_seq;            /* block creation order, atomic */
   pthread_mutex_t lock;         /* the list of exports */
-  struct writeback *list;       /* kept while they have blocks */
+  struct writeback *list;       /* for writeback_order and shutdown */
   unsigned exports;             /* in the list, atomic */
   bool may_borrow;              /* see writeback_thread_model */
   bool lost;                    /* something was given up */
@@ -178,8 +176,8 @@ give_up (struct wb_block *b)
   return lost;
 }
 
-static struct writeback *
-writeback_new (const char *name, bool tls)
+struct writeback *
+writeback_new (const char *name)
 {
   struct writeback *wb = calloc (1, sizeof *wb);
 
@@ -190,9 +188,13 @@ writeback_new (const char *name, bool tls)
     free (wb);
     return NULL;
   }
-  wb->tls = tls;
   pthread_mutex_init (&wb->lock, NULL);
   pthread_cond_init (&wb->changed, NULL);
+  wb->refs = 1;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&staging.lock);
+  wb->next = staging.list;
+  staging.list = wb;
+  __atomic_add_fetch (&staging.exports, 1, __ATOMIC_RELAXED);
   return wb;
 }
 
@@ -213,43 +215,16 @@ writeback_thread_model (int model)
     model == NBDKIT_THREAD_MODEL_SERIALIZE_ALL_REQUESTS;
 }
 
-struct writeback *
-writeback_get (const char *name, bool tls)
-{
-  struct writeback *wb;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&staging.lock);
-
-  for (wb = staging.list; wb; wb = wb->next)
-    if (strcmp (wb->name, name) == 0 && wb->tls == tls)
-      break;
-  if (wb == NULL) {
-    wb = writeback_new (name, tls);
-    if (wb == NULL)
-      return NULL;
-    wb->next = staging.list;
-    staging.list = wb;
-    __atomic_add_fetch (&staging.exports, 1, __ATOMIC_RELAXED);
-  }
-  wb->refs++;
-  return wb;
-}
-
-/* Unlink and free wb if nothing uses it and nothing is staged in it.
+/* Drop a reference; wb is unlinked and freed once none is left (then
+ * it is empty: the export holds it while blocks are staged in it).
  * staging.lock held.
  */
 static void
-forget_if_unused (struct writeback *wb)
+put (struct writeback *wb)
 {
   struct writeback **pp;
-  bool empty;
 
-  if (wb->refs > 0)
-    return;
-  {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
-    empty = wb->blocks == NULL;
-  }
-  if (!empty)
+  if (--wb->refs > 0)
     return;
   for (pp = &staging.list; *pp != wb; pp = &(*pp)->next)
     ;
@@ -258,13 +233,17 @@ forget_if_unused (struct writeback *wb)
   writeback_free (wb);
 }
 
-void
-writeback_put (struct writeback *wb)
+bool
+writeback_drop (struct writeback *wb)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&staging.lock);
-
-  wb->refs--;
-  forget_if_unused (wb);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
+    if (wb->blocks)
+      return false;
+  }
+  put (wb);
+  return true;
 }
 
 void
@@ -1040,7 +1019,7 @@ others_over (struct writeback *self, uint64_t lo, uint64_t hi, size_t *n,
     }
     v = nv;
     v[(*n)++] = wb;
-    wb->refs++;
+    wb->refs++;                 /* not freed under the walk */
   }
   return v;
 }
@@ -1065,7 +1044,8 @@ writeback_order (struct wb_conn *wc, uint64_t lo, uint64_t hi, int *err)
                     v[i]->name, lo, hi, strerror (e));
       r = -1;
     }
-    writeback_put (v[i]);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&staging.lock);
+    put (v[i]);
   }
   free (v);
   if (r == 0 && e != 0) {       /* no memory for the list */
@@ -1079,7 +1059,8 @@ writeback_order (struct wb_conn *wc, uint64_t lo, uint64_t hi, int *err)
 
 /* Server exit: every connection has closed, the last of each export
  * after writing back what it could.  What is left is given up: the
- * bytes lost.
+ * bytes lost.  The states themselves go with their exports, at
+ * unload.
  */
 static uint64_t
 give_up_all (struct writeback *wb)
@@ -1097,10 +1078,10 @@ give_up_all (struct writeback *wb)
 bool
 writeback_shutdown (void)
 {
+  struct writeback *wb;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&staging.lock);
 
-  while (staging.list) {
-    struct writeback *wb = staging.list;
+  for (wb = staging.list; wb; wb = wb->next) {
     uint64_t lost = give_up_all (wb);
 
     if (lost > 0) {
@@ -1109,8 +1090,6 @@ writeback_shutdown (void)
                     "not be written back; exiting with failure", lost, wb->name);
       staging.lost = true;
     }
-    staging.list = wb->next;
-    writeback_free (wb);
   }
   return staging.lost;
 }

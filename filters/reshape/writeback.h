@@ -24,14 +24,16 @@ struct wb_block;
  */
 extern void writeback_thread_model (int model);
 
-/* One export's staging, found by name and TLS; NULL with errno on
- * failure.  It outlives its last put while blocks are staged in it.
+/* One export's staging, kept by its export (export.c finds it by
+ * name); NULL with errno on failure.  Dropped when no connection uses
+ * it, unless blocks are staged in it: false, and the export keeps it.
  */
-extern struct writeback *writeback_get (const char *name, bool tls);
-extern void writeback_put (struct writeback *wb);
+extern struct writeback *writeback_new (const char *name);
+extern bool writeback_drop (struct writeback *wb);
 
 /* Server exit (no connection left): what is still staged is given
- * up, with an error per export.  True if anything was given up.
+ * up, with an error per export; each export then drops its staging.
+ * True if anything was given up.
  */
 extern bool writeback_shutdown (void);
 
