@@ -25,7 +25,9 @@
 
 /* MIN, MAX, ROUND_DOWN and ROUND_UP on sizes, as nbdkit's own
  * common/include has them (macros, so that they cost a reader no
- * detour): each argument is evaluated once, as a uint64_t.  Rounding
+ * detour): each argument is evaluated once, then converted to
+ * uint64_t (arithmetic inside an argument is done in its own type, as
+ * for a function's argument).  Rounding
  * is to multiples of m (m > 0, any value, not only powers of 2).
  */
 #define U64_NAME_(base, n) base##n
