@@ -126,7 +126,10 @@ entry_new (const char *name)
   e->name = strdup (name);
   e->tune = e->name ? tune_new (e->name) : NULL;
   if (e->tune == NULL) {
+    const int saved = errno;
+
     entry_free (e);
+    errno = saved;
     return NULL;
   }
   e->by_tls[false].tune = e->by_tls[true].tune = e->tune;
@@ -168,7 +171,10 @@ export_get (const char *name, bool tls)
   e = entry_get (name);
   exp = e ? &e->by_tls[tls] : NULL;
   if (exp && exp->refs == 0 && export_open (exp, e->name) == -1) {
+    const int saved = errno;            /* for %m, whatever frees did */
+
     export_close (exp);
+    errno = saved;
     exp = NULL;
   }
   if (exp == NULL) {
