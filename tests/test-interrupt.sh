@@ -25,7 +25,13 @@ run ()
   local pid; pid=$(wait_started "$tmp/sock" "$tmp/pid") || exit 1
   "$srcdir/interrupt-client.py" "$seed" "nbd+unix:///?socket=$tmp/sock" \
     "$tmp/log" & client=$!
+  # Under load: a second, and more than 50 writes acknowledged (a
+  # loaded machine may need longer to get there).
   sleep 1
+  for _ in $(seq 300); do
+    [ "$(wc -l < "$tmp/log")" -gt 50 ] && break
+    sleep 0.1
+  done
   case $victim in
     client) kill -9 $client || :; sleep 0.5; kill "$pid" ;;
     nbdkit) kill "$pid" ;;

@@ -39,7 +39,12 @@ h.connect_command(["bash", "-c", "nbdkit \"$@\"", "nbdkit", "-s", "--filter='"$F
 h.pwrite(b"x" * 100, 0)
 assert h.pread(100, 0) == b"x" * 100
 h.shutdown()'
-sleep 0.5
+# nbdkit writes the statistics as it exits, which may come just after
+# nbdsh.
+for _ in $(seq 100); do
+  [ -s "$tmp/stats-s.json" ] && break
+  sleep 0.1
+done
 test "$(stat_of "$tmp/stats-s.json" sockets_raised)" = 1 ||
   fail "-s: want 1 socket raised: $(cat "$tmp/stats-s.json")"
 echo "ok: -s mode"
