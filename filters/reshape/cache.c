@@ -9,9 +9,13 @@
  * caches to give some back (cache_reclaim).
  *
  * The budget: every cache charges the process's one budget for the
- * bytes a fill reads beyond the read that made it, refunds them as
- * clients read them, and counts as wasted what is dropped unread
- * (also when the cache is freed with its export's last connection).
+ * bytes a fill reads that no read asks for (neither the read that made
+ * it nor the reads in flight that missed: they are about to take their
+ * bytes), refunds them as clients read them, and counts as wasted
+ * every byte read from the plugin that no client read: what is
+ * dropped unread (also when the cache is freed with its export's last
+ * connection), whether charged or asked for by a read that then went
+ * to the plugin on its own.
  *
  * Coherence: every write, zero and trim calls cache_invalidate_all for
  * its range before it is acknowledged, which drops overlapping entries
@@ -41,7 +45,8 @@ struct cache_entry {
   char *buf;
   struct cache_entry *next;
   uint32_t chunk;                   /* bytes per bit of read[] */
-  uint64_t unread;                  /* unasked bytes no client read */
+  uint64_t unread;                  /* bytes no client read yet */
+  uint64_t charged;                 /* of those, charged to the budget */
   uint64_t read[CACHE_CHUNKS / 64];       /* chunks a client asked for */
 };
 
@@ -50,6 +55,7 @@ struct cache {
   pthread_cond_t filled;            /* a fill ended */
   struct cache_entry *entries;      /* most recently used first */
   struct cache_fill *fills;
+  struct cache_ask *asks;           /* reads that missed, in flight */
   struct cache *next;               /* the live list */
 };
 
@@ -98,15 +104,15 @@ budget_refund (uint64_t n)
   __atomic_sub_fetch (&budget.pending, n, __ATOMIC_RELAXED);
 }
 
-/* n charged bytes were read from the plugin, and no client will read
- * them.  Counted wasted before they leave pending: a charge meanwhile
- * sees them twice, never not at all.
+/* n bytes were read from the plugin, and no client will read them;
+ * charged of them leave pending.  Counted wasted before they leave
+ * pending: a charge meanwhile sees them twice, never not at all.
  */
 static void
-budget_waste (uint64_t n)
+budget_waste (uint64_t n, uint64_t charged)
 {
   __atomic_add_fetch (&budget.wasted, n, __ATOMIC_RELAXED);
-  budget_refund (n);
+  budget_refund (charged);
   stats_add (C_RA_UNREAD, n);
 }
 
@@ -174,7 +180,7 @@ drop (struct cache *c, struct cache_entry **pp)
   struct cache_entry *e = *pp;
 
   if (e->unread)
-    budget_waste (e->unread);
+    budget_waste (e->unread, e->charged);
   *pp = e->next;
   __atomic_sub_fetch (&live.cached_bytes, e->len, __ATOMIC_SEQ_CST);
   pool_put (POOL_CACHE, e->buf, e->len);
@@ -236,29 +242,82 @@ find (struct cache *c, uint64_t offset)
   return NULL;
 }
 
-bool
-cache_read (struct cache *c, uint64_t offset, uint32_t count, void *dst)
+/* A client read n bytes of e for the first time.  The bytes asked
+ * for when it was filled (not charged) are taken first: so the charge
+ * is held until the unasked bytes are what is read.
+ */
+static void
+entry_read (struct cache_entry *e, uint64_t n)
 {
-  char *out = dst;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
+  const uint64_t asked = e->unread - e->charged;
+  uint64_t refund;
 
-  /* Check first, copy second: a miss must not copy a part. */
+  n = MIN (n, e->unread);
+  refund = n > asked ? n - asked : 0;
+  e->unread -= n;
+  e->charged -= refund;
+  budget_refund (refund);
+}
+
+/* Does c hold [offset, offset+count) whole?  Lock held. */
+static bool
+holds (struct cache *c, uint64_t offset, uint32_t count)
+{
   for (uint64_t pos = offset; pos < offset + count; ) {
     struct cache_entry *e = find (c, pos);
     if (e == NULL)
       return false;
     pos = e->off + e->len;
   }
+  return true;
+}
+
+bool
+cache_read_or_ask (struct cache *c, uint64_t offset, uint32_t count,
+                   void *dst, struct cache_ask *ask)
+{
+  char *out = dst;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
+
+  /* Check first, copy second: a miss must not copy a part. */
+  if (!holds (c, offset, count)) {
+    if (ask && !ask->linked) {
+      ask->lo = offset;
+      ask->hi = offset + count;
+      ask->linked = true;
+      ask->next = c->asks;
+      c->asks = ask;
+    }
+    return false;
+  }
   for (uint64_t pos = offset; pos < offset + count; ) {
     struct cache_entry *e = find (c, pos);
     uint32_t n = MIN (e->off + e->len, offset + count) - pos;
-    uint64_t first_read = MIN (mark_read (e, pos, pos + n), e->unread);
+    entry_read (e, mark_read (e, pos, pos + n));
     memcpy (out + (pos - offset), e->buf + (pos - e->off), n);
-    e->unread -= first_read;
-    budget_refund (first_read);
     pos += n;
   }
   return true;
+}
+
+bool
+cache_read (struct cache *c, uint64_t offset, uint32_t count, void *dst)
+{
+  return cache_read_or_ask (c, offset, count, dst, NULL);
+}
+
+void
+cache_ask_end (struct cache *c, struct cache_ask *ask)
+{
+  struct cache_ask **pp;
+
+  if (!ask->linked)
+    return;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
+  for (pp = &c->asks; *pp != ask; pp = &(*pp)->next)
+    ;
+  *pp = ask->next;
+  ask->linked = false;
 }
 
 /* A fill in progress that covers [lo, hi), or NULL.  Lock held. */
@@ -303,10 +362,40 @@ cache_wait_fill (struct cache *c, uint64_t lo, uint64_t hi)
   return waited;
 }
 
+/* The bytes of [lo, hi) that the read [read_lo, read_hi) and the
+ * reads asking cover (the first ASKS_COUNTED of them: beyond, bytes
+ * are charged that need not be).  Lock held.
+ */
+static uint64_t
+asked_bytes (const struct cache *c, uint64_t lo, uint64_t hi,
+             uint64_t read_lo, uint64_t read_hi, uint64_t expect)
+{
+  struct { uint64_t lo, hi; } r[ASKS_COUNTED + 1], t;
+  const struct cache_ask *a;
+  unsigned n = 0, i, j;
+  uint64_t bytes = 0, end = lo;
+
+  r[n].lo = read_lo, r[n++].hi = read_hi + expect;
+  for (a = c->asks; a && n <= ASKS_COUNTED; a = a->next)
+    if (a->lo < hi && lo < a->hi)
+      r[n].lo = a->lo, r[n++].hi = a->hi;
+  for (i = 1; i < n; i++)                 /* by start: few, mostly sorted */
+    for (j = i; j > 0 && r[j].lo < r[j - 1].lo; j--)
+      t = r[j], r[j] = r[j - 1], r[j - 1] = t;
+  for (i = 0; i < n; i++) {
+    const uint64_t from = MAX (MAX (r[i].lo, end), lo);
+    const uint64_t to = MIN (r[i].hi, hi);
+    if (from < to) {
+      bytes += to - from;
+      end = to;
+    }
+  }
+  return bytes;
+}
+
 /* Link f in as a fill of [lo, hi) for the read [read_lo, read_hi), if
- * the budget allows.  Everything else is charged, also what lies
- * before the read: a stream's earlier reads went to the plugin on
- * their own, so the fill reads those bytes again.  Lock held.
+ * the budget allows.  What no read asks for is charged, also what
+ * lies before the read if no read in flight asks for it.  Lock held.
  */
 static bool
 link_fill (struct cache *c, struct cache_fill *f, uint64_t lo, uint64_t hi,
@@ -315,7 +404,7 @@ link_fill (struct cache *c, struct cache_fill *f, uint64_t lo, uint64_t hi,
   const uint64_t ask_lo = MIN (MAX (read_lo, lo), hi);
   const uint64_t ask_hi = MAX (MIN (read_hi, hi), ask_lo);
 
-  f->charged = (hi - lo) - (ask_hi - ask_lo);
+  f->charged = (hi - lo) - asked_bytes (c, lo, hi, ask_lo, ask_hi, f->expect);
   if (!budget_charge (f->charged))
     return false;
   f->lo = lo;
@@ -393,12 +482,13 @@ entry_new (const struct cache_fill *f, void *buf, uint32_t len)
   while ((uint64_t) e->chunk * CACHE_CHUNKS < len)
     e->chunk *= 2;
   e->unread = len - mark_read (e, f->ask_lo, f->ask_hi);
+  e->charged = MIN (e->unread, f->charged);
   return e;
 }
 
 /* Link f out of the fills in progress, then keep its data if it may.
- * Its charge moves to the entry, or is wasted (read for nothing), or
- * refunded (nothing was read).
+ * Its charge moves to the entry, or is wasted with all it read beyond
+ * its read (read for nothing), or refunded (nothing was read).
  */
 static bool
 keep (struct cache *c, struct cache_fill *f, void *buf, uint32_t len,
@@ -421,12 +511,11 @@ keep (struct cache *c, struct cache_fill *f, void *buf, uint32_t len,
     forget_range (c, f->lo, f->lo + len);
   if (e == NULL || !make_room (c, len)) {
     free (e);
-    budget_waste (f->charged);
+    budget_waste (len - (f->ask_hi - f->ask_lo), f->charged);
     return false;
   }
-  /* The chunks a client read count whole: the charge was exact. */
-  e->unread = MIN (e->unread, f->charged);
-  budget_refund (f->charged - e->unread);
+  /* The chunks a client read count whole: the charge may be less. */
+  budget_refund (f->charged - e->charged);
   e->next = c->entries;
   c->entries = e;
   __atomic_add_fetch (&live.cached_bytes, len, __ATOMIC_SEQ_CST);

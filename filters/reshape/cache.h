@@ -20,15 +20,31 @@ struct cache;
 /* A fill in progress: a write to its range meanwhile makes it stale,
  * and a stale fill is not kept (it may hold data from before the
  * write).  [ask_lo, ask_hi) is the read that made it (empty: nobody's,
- * a fetch ahead); the rest is charged to the budget while it is
- * filled.  Lives on the filler's stack.
+ * a fetch ahead); what no read asks for is charged to the budget while
+ * it is filled.  Lives on the filler's stack.
  */
 struct cache_fill {
   uint64_t lo, hi;
   uint64_t ask_lo, ask_hi;
+  uint64_t expect;          /* set by the filler before it begins: the
+                               bytes after its read that the reader's
+                               stream has asked for in flight, about to
+                               arrive (not charged either) */
   uint64_t charged;
   bool stale;
   struct cache_fill *next;
+};
+
+/* A client's read that missed the cache, from the miss until it is
+ * served or goes to the plugin on its own: a fill begun meanwhile over
+ * its range charges the budget nothing for those bytes (the read is
+ * about to take them, as a pipelining client's reads in flight do).
+ * Lives on the reader's stack.
+ */
+struct cache_ask {
+  uint64_t lo, hi;
+  bool linked;
+  struct cache_ask *next;
 };
 
 /* A cache; NULL with errno on failure. */
@@ -39,6 +55,14 @@ extern void cache_free (struct cache *c);
 extern bool cache_read (struct cache *c, uint64_t offset, uint32_t count,
                         void *dst);
 
+/* The same, and on a miss ask (if not NULL) is registered for the
+ * read until cache_ask_end (which a hit needs not).
+ */
+extern bool cache_read_or_ask (struct cache *c, uint64_t offset,
+                               uint32_t count, void *dst,
+                               struct cache_ask *ask);
+extern void cache_ask_end (struct cache *c, struct cache_ask *ask);
+
 /* Does the cache hold [lo, hi) whole, or is a fill of it in progress? */
 extern bool cache_holds (struct cache *c, uint64_t lo, uint64_t hi);
 
@@ -48,8 +72,9 @@ extern bool cache_holds (struct cache *c, uint64_t lo, uint64_t hi);
 extern bool cache_wait_fill (struct cache *c, uint64_t lo, uint64_t hi);
 
 /* Before reading [lo, hi) from the plugin to keep it, for the read
- * [read_lo, read_hi) (empty: nobody's, a fetch ahead): the rest of the
- * fill is charged.  False (nothing begun) if that exceeds the budget.
+ * [read_lo, read_hi) (empty: nobody's, a fetch ahead): what neither it
+ * nor the reads registered as asking cover is charged.  False
+ * (nothing begun) if that exceeds the budget.
  */
 extern bool cache_fill_begin (struct cache *c, struct cache_fill *f,
                               uint64_t lo, uint64_t hi,

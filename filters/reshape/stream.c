@@ -93,6 +93,8 @@ struct read_req {
   void *buf;
   uint32_t count;
   uint64_t offset;
+  struct cache_ask *ask;    /* registered in the cache while it waits */
+  uint64_t span;            /* what the stream's reads in flight cover */
 };
 
 /* What the stream makes of a read (stream_begin). */
@@ -245,12 +247,18 @@ run_lost (struct stream *s, const struct cache_fill *f)
 
 /* --- Fills. --- */
 
-/* The read as it is, to the stages below (nobody's: nothing to do). */
+/* The read as it is, to the stages below (nobody's: nothing to do).
+ * It no longer asks the cache: a fill begun from now on is charged for
+ * its bytes.
+ */
 static int
-pass_down (const struct io *io, const struct read_req *rq, int *err)
+pass_down (struct cache *cache, const struct io *io,
+           const struct read_req *rq, int *err)
 {
   if (rq->buf == NULL)
     return 0;
+  if (rq->ask)
+    cache_ask_end (cache, rq->ask);
   return io->pread_below (io, rq->buf, rq->count, rq->offset, err);
 }
 
@@ -288,7 +296,7 @@ fill_read (struct cache *cache, const struct io *io, struct cache_fill *f,
     cache_fill_end (cache, f, NULL, 0, false);
     stats_add (C_RA_LOST, 1);
     *result = FILL_LOST;
-    return pass_down (io, rq, err);
+    return pass_down (cache, io, rq, err);
   }
   /* A timed fill times the plugin, not the first touch of fresh
    * memory (a new pool buffer faults its pages in as it is written).
@@ -313,7 +321,7 @@ fill_read (struct cache *cache, const struct io *io, struct cache_fill *f,
     }
   }
   if (r == -1)
-    r = pass_down (io, rq, err);
+    r = pass_down (cache, io, rq, err);
   return r;
 }
 
@@ -354,11 +362,12 @@ window_read (struct stream *s, struct cache *cache, const struct io *io,
   lo = ROUND_DOWN (rq->offset, MAX (geo->min, grain));
   hi = MAX (lo + size, ROUND_UP (rq->offset + rq->count, geo->min));
   hi = MIN (hi, geo->exportsize);
+  f.expect = rq->span;
   if (cache_fill_begin (cache, &f, lo, hi, rq->offset,
                         rq->offset + rq->count))
     r = fill_read (cache, io, &f, rq, NULL, &result, err);
   else
-    r = pass_down (io, rq, err);
+    r = pass_down (cache, io, rq, err);
   if (result == FILL_FAILED)
     window_failed (s);
   return r;
@@ -428,6 +437,7 @@ claim_after (struct stream *s, struct cache *cache, const struct io *io,
     return false;
   s->run_lo = lo;
   s->run_hi = MIN (lo + len, io->geo->exportsize);
+  f->expect = rq->span;
   if (!cache_fill_begin (cache, f, s->run_lo, s->run_hi, rq->offset,
                          rq->offset + rq->count)) {
     s->run_lo = s->run_hi = 0;
@@ -458,6 +468,7 @@ run_plan (struct stream *s, struct cache *cache, const struct io *io,
     return claim_after (s, cache, io, grain, hi, rq, f) ?
       RUN_NEXT : RUN_NONE;
   if (lo >= s->run_hi) {                /* a new run starts here */
+    f->expect = rq->span;
     if (!cache_fill_begin (cache, f, lo, hi, rq->offset,
                            rq->offset + rq->count))
       return RUN_NONE;
@@ -508,6 +519,7 @@ block_read (struct stream *s, struct cache *cache, const struct io *io,
 
   if (took)
     *took = 0;
+  f->expect = rq->span;
   for (tries = 0; tries < FILL_TRIES; tries++) {
     switch (cache_fill_begin_unless (cache, f, f->lo, f->hi, rq->offset,
                                      rq->offset + rq->count)) {
@@ -522,10 +534,10 @@ block_read (struct stream *s, struct cache *cache, const struct io *io,
         return 0;
       break;
     default:
-      return pass_down (io, rq, err);
+      return pass_down (cache, io, rq, err);
     }
   }
-  return pass_down (io, rq, err);
+  return pass_down (cache, io, rq, err);
 }
 
 /* The aligned block of tf->size bytes holding rq, fetched alone (the
@@ -542,7 +554,7 @@ block_alone (struct stream *s, struct cache *cache, const struct io *io,
   f.lo = ROUND_DOWN (rq->offset, tf->size);
   f.hi = MIN (f.lo + tf->size, io->geo->exportsize);
   if (rq->offset + rq->count > f.hi)
-    r = pass_down (io, rq, err);
+    r = pass_down (cache, io, rq, err);
   else
     r = block_read (s, cache, io, &f, rq, tf->rung ? &took : NULL,
                     err);
@@ -570,7 +582,7 @@ grains_read (struct stream *s, struct cache *cache, const struct io *io,
   case RUN_NONE:
     break;
   }
-  return pass_down (io, rq, err);
+  return pass_down (cache, io, rq, err);
 }
 
 /* rq was served from the cache half way or more through the stream's
@@ -615,7 +627,7 @@ read_missed (struct stream *s, struct cache *cache, const struct io *io,
   if (tf.size)
     return grains_read (s, cache, io, &tf, rq, err);
   start = now_ns ();
-  r = pass_down (io, rq, err);
+  r = pass_down (cache, io, rq, err);
   if (r == 0)
     took = now_ns () - start;
   stream_timed (s, took);
@@ -629,8 +641,9 @@ stream_pread (struct stream *s, struct cache *cache, const struct io *io,
               void *buf, uint32_t count, uint64_t offset,
               struct stream_ahead *ahead, int *err)
 {
-  const struct read_req rq = { .buf = buf, .count = count,
-                               .offset = offset };
+  struct cache_ask ask = { .linked = false };
+  struct read_req rq = { .buf = buf, .count = count,
+                         .offset = offset, .ask = &ask };
   struct seen v;
   int r;
 
@@ -642,9 +655,10 @@ stream_pread (struct stream *s, struct cache *cache, const struct io *io,
   if (count >= io->geo->size && io->tune == NULL)
     return STREAM_PASS;
   stream_begin (s, io->geo, &rq, &v);
+  rq.span = (uint64_t) (v.in_flight - 1) * count;
   if (v.window)
     stats_max (C_RA_WINDOW, v.window);
-  if (cache_read (cache, offset, count, buf)) {
+  if (cache_read_or_ask (cache, offset, count, buf, &ask)) {
     stats_add (C_RA_HITS, 1);
     r = 0;
     ahead->due = v.in_stream && v.pipelined && !v.window &&
@@ -654,6 +668,7 @@ stream_pread (struct stream *s, struct cache *cache, const struct io *io,
     r = window_read (s, cache, io, v.window, &rq, err);
   else
     r = read_missed (s, cache, io, &v, &rq, err);
+  cache_ask_end (cache, &ask);
   stream_end (s);
   return r;
 }
@@ -694,6 +709,7 @@ stream_cache (struct cache *cache, const struct io *io, uint32_t count,
     const uint64_t hi = MIN (lo + chunk, end);
     if (cache_holds (cache, lo, hi))
       continue;
+    f.expect = 0;
     if (!cache_fill_begin (cache, &f, lo, hi, lo, lo))
       break;
     stats_add (C_RA_CACHED, f.hi - f.lo);

@@ -77,6 +77,11 @@
  * count of unread bytes is exact to a chunk.
  */
 #define CACHE_CHUNKS 512
+/* A fill charges nothing for the bytes that reads in flight ask for
+ * (cache.c), counting up to this many of them [nbdcopy: 4 connections
+ * of 16 threads].
+ */
+#define ASKS_COUNTED 64
 /* A fill that another fill in progress may hold is tried so many times
  * (stream.c) before the read goes to the plugin as it is.
  */
