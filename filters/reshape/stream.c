@@ -94,7 +94,9 @@ struct read_req {
   uint32_t count;
   uint64_t offset;
   struct cache_ask *ask;    /* registered in the cache while it waits */
-  uint64_t span;            /* what the stream's reads in flight cover */
+  uint64_t span;            /* bytes after it its client is about to
+                               ask for: its stream's other reads in
+                               flight, times its size */
 };
 
 /* What the stream makes of a read (stream_begin). */
@@ -262,6 +264,18 @@ pass_down (struct cache *cache, const struct io *io,
   return io->pread_below (io, rq->buf, rq->count, rq->offset, err);
 }
 
+/* Begin f, a fill of [lo, hi), in the cache for rq (count 0: a fetch
+ * ahead); false if the budget refuses it.
+ */
+static bool
+fill_begin (struct cache *cache, struct cache_fill *f, uint64_t lo,
+            uint64_t hi, const struct read_req *rq)
+{
+  f->expect = rq->span;
+  return cache_fill_begin (cache, f, lo, hi, rq->offset,
+                           rq->offset + rq->count);
+}
+
 /* A buffer for the fill, if it may be made: staged writes in its
  * range go first, and where some stay staged (held by a request, or
  * refused by the plugin) the fill would keep what the plugin has
@@ -362,9 +376,7 @@ window_read (struct stream *s, struct cache *cache, const struct io *io,
   lo = ROUND_DOWN (rq->offset, MAX (geo->min, grain));
   hi = MAX (lo + size, ROUND_UP (rq->offset + rq->count, geo->min));
   hi = MIN (hi, geo->exportsize);
-  f.expect = rq->span;
-  if (cache_fill_begin (cache, &f, lo, hi, rq->offset,
-                        rq->offset + rq->count))
+  if (fill_begin (cache, &f, lo, hi, rq))
     r = fill_read (cache, io, &f, rq, NULL, &result, err);
   else
     r = pass_down (cache, io, rq, err);
@@ -437,9 +449,7 @@ claim_after (struct stream *s, struct cache *cache, const struct io *io,
     return false;
   s->run_lo = lo;
   s->run_hi = MIN (lo + len, io->geo->exportsize);
-  f->expect = rq->span;
-  if (!cache_fill_begin (cache, f, s->run_lo, s->run_hi, rq->offset,
-                         rq->offset + rq->count)) {
+  if (!fill_begin (cache, f, s->run_lo, s->run_hi, rq)) {
     s->run_lo = s->run_hi = 0;
     return false;
   }
@@ -468,9 +478,7 @@ run_plan (struct stream *s, struct cache *cache, const struct io *io,
     return claim_after (s, cache, io, grain, hi, rq, f) ?
       RUN_NEXT : RUN_NONE;
   if (lo >= s->run_hi) {                /* a new run starts here */
-    f->expect = rq->span;
-    if (!cache_fill_begin (cache, f, lo, hi, rq->offset,
-                           rq->offset + rq->count))
+    if (!fill_begin (cache, f, lo, hi, rq))
       return RUN_NONE;
     s->run_lo = lo;
     s->run_hi = hi;
