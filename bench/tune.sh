@@ -34,6 +34,7 @@
 # setups (default: all that apply).  The setup "profile" (not run by
 # default) is the default with reshape-profile=FILE learnt by one
 # untimed run of the same cell before: what a second run gets.
+# TUNE_OUT=DIR writes the results there instead (bench/spread.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/bin:/bin:$PATH"
@@ -42,7 +43,7 @@ shift || :
 plugins=${*:-lat1 objstore clu64k clu2m zero serial qcow2dec qemu-nbd curl cdi}
 F=${RESHAPE_FILTER:-"$PWD/filters/reshape/.libs/nbdkit-reshape-filter.so"}
 M=${RESHAPE_MODEL:-"$PWD/bench/.libs/nbdkit-model-plugin.so"}
-out="$PWD/bench/results/tune"
+out=$(realpath -m "${TUNE_OUT:-bench/results/tune}")
 scratch=$(mktemp -d /dev/shm/reshape-tune.XXXXXX)
 export RESHAPE_SCRATCH=$scratch         # written $SCRATCH in the results
 helpers=""
@@ -353,4 +354,4 @@ $(setup_params "$s") --run '$cmd'"
     rm -f "$scratch/out.img" "$scratch/src.img"
   done
 done
-/usr/bin/python3 "$PWD/bench/tune-report.py" "$out"
+[ -n "${TUNE_OUT:-}" ] || /usr/bin/python3 "$PWD/bench/tune-report.py" "$out"
