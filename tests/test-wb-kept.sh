@@ -22,6 +22,16 @@ def on_disk():
         f.seek(1000)
         return f.read(4)
 
+if phase == "names":                    # 50 names, each refused
+    open(refuse, "w").close()
+    for i in range(50):
+        h = nbd.NBD()
+        h.set_export_name("name%d" % i)
+        h.connect_unix(sock)
+        h.pwrite(b"N" * 100, 4096 * i)
+        h.shutdown()
+    sys.exit(0)
+
 a = conn()
 a.pwrite(b"AAAA", 1000)                 # staged, acknowledged
 open(refuse, "w").close()
@@ -73,6 +83,12 @@ run recover
 run exit
 [ "$(cat "$tmp/rc")" -eq 1 ] ||
   fail "acknowledged data given up, yet exit status $(cat "$tmp/rc")"
-[ "$(grep -c '4 acknowledged bytes of export "" lost at server exit' \
+[ "$(grep -c '4 acknowledged bytes of 1 export ("") lost at server exit' \
      "$tmp/log")" -eq 1 ] || fail "no single error line: $(tail -5 "$tmp/log")"
+# Many names: still one error line, for all of them.
+run names
+[ "$(cat "$tmp/rc")" -eq 1 ] || fail "names: exit status $(cat "$tmp/rc")"
+[ "$(grep -c 'lost at server exit' "$tmp/log")" -eq 1 ] &&
+  grep -q '5000 acknowledged bytes of 50 exports' "$tmp/log" ||
+  fail "names: not one error line for 50 exports: $(grep lost "$tmp/log" | head -3)"
 echo "ok: refused data kept per export until exit"

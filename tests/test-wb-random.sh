@@ -59,7 +59,7 @@ sigterm ()
   kill -TERM "$(cat "$tmp/pid")"
   wait "$job" || rc=$?
   ! died_of_signal "$rc" || fail "sigterm: seed $seed: nbdkit died ($rc)"
-  lost=$(sed -n 's/.*: \([0-9]*\) acknowledged bytes of export .* lost at server exit.*/\1/p' \
+  lost=$(sed -n 's/.*: \([0-9]*\) acknowledged bytes of [0-9]* exports\{0,1\} (.*) lost at server exit.*/\1/p' \
            "$tmp/stderr" | awk '{ n += $1 } END { print n + 0 }')
   echo "exit status $rc, $lost bytes reported lost"
   if [ "$lost" -gt 0 ]; then

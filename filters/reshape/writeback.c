@@ -1079,17 +1079,29 @@ bool
 writeback_shutdown (void)
 {
   struct writeback *wb;
+  uint64_t lost, total = 0;
+  unsigned exports = 0;
+  const char *first = NULL;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&staging.lock);
 
   for (wb = staging.list; wb; wb = wb->next) {
-    uint64_t lost = give_up_all (wb);
-
-    if (lost > 0) {
-      nbdkit_error ("reshape: write-back: %" PRIu64 " acknowledged bytes "
-                    "of export \"%s\" lost at server exit: they could "
-                    "not be written back; exiting with failure", lost, wb->name);
-      staging.lost = true;
-    }
+    lost = give_up_all (wb);
+    if (lost == 0)
+      continue;
+    nbdkit_debug ("reshape: write-back: %" PRIu64 " acknowledged bytes of "
+                  "export \"%s\" lost", lost, wb->name);
+    total += lost;
+    if (exports++ == 0)
+      first = wb->name;
+  }
+  /* One line for all: a client may have opened thousands of names. */
+  if (total > 0) {
+    nbdkit_error ("reshape: write-back: %" PRIu64 " acknowledged bytes of "
+                  "%u export%s (\"%s\"%s) lost at server exit: they could "
+                  "not be written back; exiting with failure", total,
+                  exports, exports == 1 ? "" : "s", first,
+                  exports == 1 ? "" : " and others");
+    staging.lost = true;
   }
   return staging.lost;
 }

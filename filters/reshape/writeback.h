@@ -32,7 +32,8 @@ extern struct writeback *writeback_new (const char *name);
 extern bool writeback_drop (struct writeback *wb);
 
 /* Server exit (no connection left): what is still staged is given
- * up, with an error per export; each export then drops its staging.
+ * up, with one error for all exports; each export then drops its
+ * staging.
  * True if anything was given up.
  */
 extern bool writeback_shutdown (void);
