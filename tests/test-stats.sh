@@ -98,17 +98,44 @@ nbdkit -U - --filter="$FILTER" memory 1M reshape-stats="$tmp/auto" --run 'nbdinf
 grep -qx "size: auto, export '': nothing learnt" "$tmp/auto" ||
   { cat "$tmp/auto"; fail "auto summary line"; }
 
-# An export name that is not UTF-8 (nbdkit takes any bytes; here
-# Latin-1, through the URI) still makes valid JSON.
-nbdkit -U - --filter="$FILTER" memory 1M reshape-stats="$tmp/names.json" \
-  --run 'nbdinfo "nbd+unix:///caf%E9%20%22q%22?socket=$unixsocket"' \
-  > /dev/null || fail "nbdinfo of an export named in Latin-1"
-python3 -c '
-import json, sys
-r = json.load(open(sys.argv[1], encoding="utf-8"))
-names = [e["name"] for e in r["exports"]]
-assert names == ["caf\u00e9 \"q\""], names
-' "$tmp/names.json" || { cat "$tmp/names.json"; fail "JSON of a non-UTF-8 name"; }
+# Export names are any bytes (nbdkit takes them; here through the
+# URI): the JSON stays valid UTF-8 and tells every name apart (bytes
+# that are not UTF-8 are U+FFFD in "name", and "name_hex" has them
+# all), and the text report quotes names so that none adds a line.
+names="caf%E9%20%22q%22 %ED%A0%80 %ED%BF%BF %E0%80%80 %F0%80%80%80
+  %F4%90%80%80 %80 %C3 %E2%82 %F8 %C2%80 %C3%A9 x%0Ay%0D%0Asize:%20evil"
+run='for n in '"$(echo $names)"'; do
+  nbdinfo "nbd+unix:///$n?socket=$unixsocket" > /dev/null || exit 1; done'
+for f in names.json names.txt; do
+  nbdkit -U - --filter="$FILTER" memory 1M reshape-stats="$tmp/$f" \
+    --run "$run" || fail "nbdinfo of odd export names ($f)"
+done
+python3 - "$tmp/names.json" $names <<'PYEOF' ||
+import json, sys, urllib.parse
+raw = open(sys.argv[1], "rb").read()
+r = json.loads(raw.decode("utf-8"))           # strict: must be UTF-8
+got = {}
+for e in r["exports"]:
+    b = bytes.fromhex(e["name_hex"]) if "name_hex" in e else None
+    got[b if b is not None else e["name"].encode()] = e
+for n in sys.argv[2:]:
+    b = urllib.parse.unquote_to_bytes(n)
+    assert b in got, "export %r missing from the JSON" % b
+    e = got[b]
+    try:
+        s = b.decode("utf-8")
+        assert "name_hex" not in e and e["name"] == s, (b, e)
+    except UnicodeDecodeError:
+        assert "name_hex" in e, (b, e)
+        assert "\ufffd" in e["name"] and e["name"].replace("\ufffd", "") \
+            == b.decode("utf-8", "ignore"), (b, e["name"])
+print("ok: %d names" % len(sys.argv[2:]))
+PYEOF
+  { cat "$tmp/names.json"; fail "JSON of odd export names"; }
+! grep -q '^size: evil' "$tmp/names.txt" ||
+  fail "an export name added a line to the text report"
+grep -qF "export 'x\x0ay\x0d\x0asize: evil'" "$tmp/names.txt" ||
+  { cat "$tmp/names.txt"; fail "odd export name not quoted in the text report"; }
 
 # With -v the same report goes to the debug log.
 nbdkit -v -U - --filter="$FILTER" memory 1M \

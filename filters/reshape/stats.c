@@ -194,43 +194,65 @@ stats_human (uint64_t v, char *buf, size_t len)
   return buf;
 }
 
-/* The length of the valid UTF-8 sequence at s, 0 if none. */
+/* The length of the valid UTF-8 sequence at s, 0 if none: no
+ * overlong forms, no surrogates (U+D800-DFFF), nothing past U+10FFFF
+ * (RFC 3629), so that a JSON parser takes what is written.
+ */
 static size_t
 utf8_len (const unsigned char *s)
 {
+  unsigned char lo = 0x80, hi = 0xbf;   /* the second byte's range */
   size_t n, i;
 
   if (s[0] < 0x80)
     return 1;
   if (s[0] >= 0xc2 && s[0] <= 0xdf)
     n = 2;
-  else if (s[0] >= 0xe0 && s[0] <= 0xef)
+  else if (s[0] >= 0xe0 && s[0] <= 0xef) {
     n = 3;
-  else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+    if (s[0] == 0xe0)
+      lo = 0xa0;
+    else if (s[0] == 0xed)
+      hi = 0x9f;
+  }
+  else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
     n = 4;
+    if (s[0] == 0xf0)
+      lo = 0x90;
+    else if (s[0] == 0xf4)
+      hi = 0x8f;
+  }
   else
     return 0;
-  for (i = 1; i < n; i++)
+  if (s[1] < lo || s[1] > hi)
+    return 0;
+  for (i = 2; i < n; i++)
     if ((s[i] & 0xc0) != 0x80)
       return 0;
   return n;
 }
 
-/* A client's export name need not be UTF-8: a byte that is not is
- * written as the character of that number, so the JSON stays valid.
+/* A client's export name need not be UTF-8, and JSON must be: a byte
+ * that is not part of a valid sequence is written as U+FFFD.  False
+ * if one was (then the caller writes the bytes too, stats_json_hex).
  */
-void
+bool
 stats_json_string (FILE *fp, const char *str)
 {
   const unsigned char *s = (const unsigned char *) str;
+  bool exact = true;
   size_t n;
 
   fputc ('"', fp);
   while (*s) {
     if (*s == '"' || *s == '\\')
       fprintf (fp, "\\%c", *s);
-    else if (*s < 0x20 || (n = utf8_len (s)) == 0)
+    else if (*s < 0x20 || *s == 0x7f)
       fprintf (fp, "\\u%04x", *s);
+    else if ((n = utf8_len (s)) == 0) {
+      fputs ("\\ufffd", fp);
+      exact = false;
+    }
     else {
       fwrite (s, 1, n, fp);
       s += n;
@@ -239,6 +261,43 @@ stats_json_string (FILE *fp, const char *str)
     s++;
   }
   fputc ('"', fp);
+  return exact;
+}
+
+/* The bytes of str, in hex, as a JSON string. */
+void
+stats_json_hex (FILE *fp, const char *str)
+{
+  const unsigned char *s = (const unsigned char *) str;
+
+  fputc ('"', fp);
+  for (; *s; s++)
+    fprintf (fp, "%02x", *s);
+  fputc ('"', fp);
+}
+
+/* A client's export name in the text report, quoted: bytes that are
+ * not printable UTF-8, the quote and the backslash as \xNN, so that a
+ * name cannot add a line of its own.
+ */
+void
+stats_text_name (FILE *fp, const char *str)
+{
+  const unsigned char *s = (const unsigned char *) str;
+  size_t n;
+
+  fputc ('\'', fp);
+  while (*s) {
+    if (*s < 0x20 || *s == 0x7f || *s == '\'' || *s == '\\' ||
+        (n = utf8_len (s)) == 0 ||
+        (s[0] == 0xc2 && s[1] < 0xa0))  /* C1 controls: NEL etc. */
+      fprintf (fp, "\\x%02x", *s++);
+    else {
+      fwrite (s, 1, n, fp);
+      s += n;
+    }
+  }
+  fputc ('\'', fp);
 }
 
 /* Seconds from the first to the last client request. */

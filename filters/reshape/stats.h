@@ -10,6 +10,7 @@
 #ifndef NBDKIT_RESHAPE_STATS_H
 #define NBDKIT_RESHAPE_STATS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -85,8 +86,13 @@ extern int stats_check (const char *file);
 extern void stats_report (const char *file, uint32_t fixed_size,
                           const struct stats_learning *learning);
 
-/* Helpers for the learning's part: "4K", "1.5M"; a JSON string. */
+/* Helpers for the learning's part: "4K", "1.5M"; a JSON string
+ * (false: bytes that are not UTF-8 were written as U+FFFD), and its
+ * bytes in hex; an export name quoted for the text report.
+ */
 extern const char *stats_human (uint64_t v, char *buf, size_t len);
-extern void stats_json_string (FILE *fp, const char *s);
+extern bool stats_json_string (FILE *fp, const char *s);
+extern void stats_json_hex (FILE *fp, const char *s);
+extern void stats_text_name (FILE *fp, const char *s);
 
 #endif /* NBDKIT_RESHAPE_STATS_H */

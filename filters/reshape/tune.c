@@ -238,7 +238,9 @@ summary_one (struct tune *t, void *fpv)
   char b1[32], b2[32];
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
-  fprintf (fp, "size: auto, export '%s': %s", t->name, state_name (t));
+  fputs ("size: auto, export ", fp);
+  stats_text_name (fp, t->name);
+  fprintf (fp, ": %s", state_name (t));
   if (t->learn.sizes.preferred && t->learn.sizes.grain)
     fprintf (fp, ", grain %s, clients told %s",
              stats_human (t->learn.sizes.grain, b1, sizeof b1),
@@ -258,18 +260,18 @@ tables_one (struct tune *t, void *fpv)
   unsigned d, c;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
+  fputs ("\nreshape-size=auto, export ", fp);
+  stats_text_name (fp, t->name);
   if (learn_known (&t->learn))
-    fprintf (fp, "\nreshape-size=auto, export '%s': %s\n", t->name,
-             t->learn.why);
+    fprintf (fp, ": %s\n", t->learn.why);
   else if (t->learn.state == LEARN_LADDER)
-    fprintf (fp, "\nreshape-size=auto, export '%s': still learning "
-             "(trying %s blocks for %s reads)\n", t->name,
+    fprintf (fp, ": still learning (trying %s blocks for %s reads)\n",
              stats_human (t->learn.ladder.rung, b1, sizeof b1),
              stats_human (size_class_bytes (t->learn.ladder.base), b2,
                           sizeof b2));
   else
-    fprintf (fp, "\nreshape-size=auto, export '%s': nothing learnt "
-             "(no client read a stream of small reads)\n", t->name);
+    fprintf (fp, ": nothing learnt (no client read a stream of small "
+             "reads)\n");
   fprintf (fp, "  %-8s %8s %10s %10s %10s\n", "", "size", "calls",
            "mean ms", "per s");
   for (d = 0; d < TUNE_DIRS; d++)
@@ -308,7 +310,10 @@ json_one (struct tune *t, void *opaque)
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
   fprintf (fp, "%s\n    {\"name\": ", o->n++ ? "," : "");
-  stats_json_string (fp, t->name);
+  if (!stats_json_string (fp, t->name)) {
+    fputs (", \"name_hex\": ", fp);   /* the name is not UTF-8 */
+    stats_json_hex (fp, t->name);
+  }
   fprintf (fp, ", \"state\": \"%s\", \"why\": ",
            state_keys[t->learn.state]);
   stats_json_string (fp, learn_known (&t->learn) ? t->learn.why : "");
