@@ -32,6 +32,20 @@ if phase == "names":                    # 50 names, each refused
         h.shutdown()
     sys.exit(0)
 
+if phase == "bound":                    # staging is bounded, not the pool
+    open(refuse, "w").close()
+    h = conn()
+    acked = 0
+    for i in range(20):                 # one 8M block each
+        try:
+            h.pwrite(b"B" * 4096, i * 8 * 1024 * 1024)
+            acked += 1
+        except nbd.Error:
+            pass
+    print("bound: %d of 20 writes acknowledged" % acked)
+    assert acked == 8, "staging held %d 8M blocks, not 64M" % acked
+    sys.exit(0)
+
 a = conn()
 a.pwrite(b"AAAA", 1000)                 # staged, acknowledged
 open(refuse, "w").close()
@@ -58,12 +72,13 @@ PYEOF
 run ()
 {
   local phase=$1 rc=0 job
+  shift
   rm -f "$tmp/sock" "$tmp/pid" "$tmp/refuse"
-  truncate -s 0 "$tmp/disk"; truncate -s 1M "$tmp/disk"
+  truncate -s 0 "$tmp/disk"; truncate -s 160M "$tmp/disk"
   nbdkit -U "$tmp/sock" -P "$tmp/pid" -f --filter="$FILTER" --filter=error \
     file "$tmp/disk" error-pwrite=EIO error-pwrite-rate=100% \
     error-file="$tmp/refuse" reshape-writeback=true reshape-size=64K \
-    2> "$tmp/log" &
+    "$@" 2> "$tmp/log" &
   job=$!
   wait_started "$tmp/sock" "$tmp/pid" > /dev/null
   /usr/bin/python3 "$tmp/kept.py" "$tmp/sock" "$tmp/disk" "$tmp/refuse" \
@@ -91,4 +106,9 @@ run names
 [ "$(grep -c 'lost at server exit' "$tmp/log")" -eq 1 ] &&
   grep -q '5000 acknowledged bytes of 50 exports' "$tmp/log" ||
   fail "names: not one error line for 50 exports: $(grep lost "$tmp/log" | head -3)"
+# A huge pool: what is staged and refused stays within 64M.
+run bound reshape-pool=1T reshape-size=8M
+[ "$(cat "$tmp/rc")" -eq 1 ] || fail "bound: exit status $(cat "$tmp/rc")"
+grep -q '32768 acknowledged bytes of 1 export ("") lost' "$tmp/log" ||
+  fail "bound: $(grep lost "$tmp/log" | head -3)"
 echo "ok: refused data kept per export until exit"

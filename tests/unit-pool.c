@@ -175,7 +175,7 @@ static void
 shares (uint64_t cap)
 {
   struct pool_usage u;
-  uint32_t largest;
+  uint32_t largest, staged;
 
   pool_init (cap);
   largest = pool_largest (POOL_REQUEST);
@@ -187,9 +187,14 @@ shares (uint64_t cap)
   if (pool_largest (POOL_BOUNCE) != BLOCK_MIN_MAX)
     fail ("the bounce reserve is not 64K", cap);
   if (largest && (!is_power_of_2 (largest) ||
-                  largest > u.share[POOL_STAGING] ||
                   largest > u.share[POOL_CACHE]))
-    fail ("the largest buffer does not fit every share", cap);
+    fail ("the largest buffer does not fit the requests' shares", cap);
+  staged = pool_largest (POOL_STAGING);
+  if (staged && (!is_power_of_2 (staged) || staged > largest ||
+                 staged > u.share[POOL_STAGING]))
+    fail ("the largest staging block does not fit staging", cap);
+  if (u.share[POOL_STAGING] > STAGING_MAX)
+    fail ("staging is not bounded apart from the cap", cap);
   if (cap == 64 * KiB && largest != 0)
     fail ("a 64K pool lends more than bounce buffers", cap);
 }
@@ -237,6 +242,10 @@ main (int argc, char *argv[])
   pool_set_reclaim (reclaim);
   for (i = 0; i < sizeof caps / sizeof caps[0]; i++)
     stress (caps[i], seed);
+  /* Shares only: staging stays bounded when the cap is huge. */
+  shares (1024 * GiB);
+  shares (512 * MiB);
+  pool_free_all ();
   if (reclaims == 0)
     fail ("the cache was never asked to give memory back", 0);
   printf ("unit-pool: ok, %u reclaims\n", reclaims);

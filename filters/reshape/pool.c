@@ -9,7 +9,9 @@
  * reshape-pool, and this file alone shares it out:
  *
  *   reserve    BLOCK_MIN_MAX (64K), for bounce buffers only;
- *   staging    a quarter of the rest, for write-back blocks;
+ *   staging    a quarter of the rest, at most STAGING_MAX (64M), for
+ *              write-back blocks: what is acknowledged but not yet in
+ *              the plugin stays bounded whatever reshape-pool says;
  *   requests   the other three quarters, for readahead windows being
  *   and cache  and grains being filled, of which the cache may keep
  *              up to two thirds; the cache gives memory back (the
@@ -70,6 +72,7 @@ static struct {
   uint64_t cap;                     /* reshape-pool */
   uint64_t share[POOL_USES];        /* budget of each use */
   uint32_t largest;                 /* largest single non-bounce buffer */
+  uint32_t largest_staging;         /* the same, for a staging block */
   uint64_t total;                   /* bytes allocated, idle or not */
   uint64_t idle;                    /* bytes on the free lists */
   uint64_t used[POOL_USES];         /* bytes in use, by use */
@@ -87,12 +90,14 @@ pool_init (uint64_t cap)
 
   pool.cap = cap;
   pool.share[POOL_BOUNCE] = cap;
-  pool.share[POOL_STAGING] = rest / STAGING_SHARE;
+  pool.share[POOL_STAGING] = MIN (rest / STAGING_SHARE, STAGING_MAX);
   pool.share[POOL_REQUEST] = rest - pool.share[POOL_STAGING]; /* + cache */
   pool.share[POOL_CACHE] =
     pool.share[POOL_REQUEST] * CACHE_SHARE_NUM / CACHE_SHARE_DEN;
-  pool.largest = pool.share[POOL_STAGING] >= (1 << MIN_SHIFT) ?
-    MIN (pow2_floor (pool.share[POOL_STAGING]), UINT32_MAX / 2 + 1) : 0;
+  pool.largest = rest / STAGING_SHARE >= (1 << MIN_SHIFT) ?
+    MIN (pow2_floor (rest / STAGING_SHARE), UINT32_MAX / 2 + 1) : 0;
+  pool.largest_staging = pool.share[POOL_STAGING] >= (1 << MIN_SHIFT) ?
+    MIN (pow2_floor (pool.share[POOL_STAGING]), pool.largest) : 0;
 }
 
 void
@@ -105,7 +110,11 @@ pool_set_reclaim (uint64_t (*reclaim) (uint64_t want))
 uint32_t
 pool_largest (enum pool_use use)
 {
-  return use == POOL_BOUNCE ? BLOCK_MIN_MAX : pool.largest;
+  switch (use) {
+  case POOL_BOUNCE: return BLOCK_MIN_MAX;
+  case POOL_STAGING: return pool.largest_staging;
+  default: return pool.largest;
+  }
 }
 
 static unsigned
@@ -236,7 +245,7 @@ pool_get (enum pool_use use, uint32_t len)
   void *b;
 
   assert (use != POOL_CACHE);
-  if (use == POOL_BOUNCE ? len > BLOCK_MIN_MAX : len > pool.largest) {
+  if (len > pool_largest (use)) {
     errno = ENOMEM;
     return NULL;
   }

@@ -93,6 +93,13 @@
  * CACHE_SHARE_NUM/CACHE_SHARE_DEN of that; so no use starves another.
  */
 #define STAGING_SHARE 4
+
+/* At most this much staged by write-back, whatever reshape-pool: the
+ * bytes acknowledged but not in the plugin, which a plugin refusing
+ * writes leaves held until exit.  A few blocks per writer are all
+ * that combining needs.
+ */
+#define STAGING_MAX (64 * 1024 * 1024)
 #define CACHE_SHARE_NUM 2
 #define CACHE_SHARE_DEN 3
 
