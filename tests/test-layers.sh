@@ -9,7 +9,7 @@
 #
 #   0  common tunables: arithmetic, scoped locks, the   } pure: no
 #      clock; the numbers                                } nbdkit
-#   1  walk rangelock ranges learn files warn            }
+#   1  walk rangelock ranges learn files warn exitcode   }
 #   2  stats params io
 #   3  pool workers sockbuf tune
 #   4  cut profile
@@ -22,7 +22,7 @@ requires nm --version
 
 layers="
 0 common tunables
-1 walk rangelock ranges learn files warn
+1 walk rangelock ranges learn files warn exitcode
 2 stats params io
 3 pool workers sockbuf tune
 4 cut profile

@@ -5,6 +5,8 @@
 # failing exit status.  The error filter fails writes while
 # $tmp/refuse exists.
 source "$srcdir/functions.sh"
+PROBE="$builddir/.libs/exit-probe.so"
+requires test -f "$PROBE"
 requires /usr/bin/python3 -c 'import nbd'
 
 cat > "$tmp/kept.py" <<'PYEOF'
@@ -73,8 +75,9 @@ run ()
 {
   local phase=$1 rc=0 job
   shift
-  rm -f "$tmp/sock" "$tmp/pid" "$tmp/refuse"
+  rm -f "$tmp/sock" "$tmp/pid" "$tmp/refuse" "$tmp/probe" "$tmp/probe.stdio"
   truncate -s 0 "$tmp/disk"; truncate -s 160M "$tmp/disk"
+  LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD:}$PROBE" RESHAPE_EXIT_PROBE="$tmp/probe" \
   nbdkit -U "$tmp/sock" -P "$tmp/pid" -f --filter="$FILTER" --filter=error \
     file "$tmp/disk" error-pwrite=EIO error-pwrite-rate=100% \
     error-file="$tmp/refuse" reshape-writeback=true reshape-size=64K \
@@ -98,6 +101,11 @@ run recover
 run exit
 [ "$(cat "$tmp/rc")" -eq 1 ] ||
   fail "acknowledged data given up, yet exit status $(cat "$tmp/rc")"
+# ... set once the rest of the process has finished its exit: an exit
+# handler registered before main, a library destructor, a stdio stream.
+[ "$(sort "$tmp/probe")" = "$(printf 'atexit\ndestructor')" ] &&
+  [ "$(cat "$tmp/probe.stdio")" = stdio ] ||
+  fail "the failing status cut the exit short: $(cat "$tmp/probe"*)"
 [ "$(grep -c '4 acknowledged bytes of 1 export ("") lost at server exit' \
      "$tmp/log")" -eq 1 ] || fail "no single error line: $(tail -5 "$tmp/log")"
 # Many names: still one error line, for all of them.

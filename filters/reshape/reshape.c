@@ -28,7 +28,6 @@
 
 #include <config.h>
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +37,7 @@
 
 #include "cache.h"
 #include "common.h"
+#include "exitcode.h"
 #include "params.h"
 #include "export.h"
 #include "pool.h"
@@ -118,29 +118,6 @@ reshape_load (void)
 static bool lost_writes;
 
 static void
-exit_failure (void)
-{
-  fflush (NULL);
-  _exit (EXIT_FAILURE);
-}
-
-/* nbdkit 1.32 returns success from main once it has served, whatever
- * a filter reports: the status can only be changed after main has
- * cleaned up, from an exit handler.  The filter stays mapped for it
- * (nbdkit unloads it before main returns).
- */
-static void
-fail_at_exit (void)
-{
-  Dl_info info;
-
-  if (dladdr ((void *) fail_at_exit, &info) == 0 ||
-      dlopen (info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE) == NULL ||
-      atexit (exit_failure) != 0)
-    exit_failure ();            /* the status matters more than tidying */
-}
-
-static void
 reshape_unload (void)
 {
   profile_save (true, export_each);
@@ -151,7 +128,7 @@ reshape_unload (void)
   pool_free_all ();
   params_free ();
   if (lost_writes)
-    fail_at_exit ();
+    exitcode_fail ();
 }
 
 static int
