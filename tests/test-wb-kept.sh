@@ -6,7 +6,7 @@
 # $tmp/refuse exists.
 source "$srcdir/functions.sh"
 PROBE="$builddir/.libs/exit-probe.so"
-requires test -f "$PROBE"
+[ -f "$PROBE" ] || { without "the exit probe" "not built"; PROBE=""; }
 requires /usr/bin/python3 -c 'import nbd'
 
 cat > "$tmp/kept.py" <<'PYEOF'
@@ -77,7 +77,7 @@ run ()
   shift
   rm -f "$tmp/sock" "$tmp/pid" "$tmp/refuse" "$tmp/probe" "$tmp/probe.stdio"
   truncate -s 0 "$tmp/disk"; truncate -s 160M "$tmp/disk"
-  LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD:}$PROBE" RESHAPE_EXIT_PROBE="$tmp/probe" \
+  LD_PRELOAD="${LD_PRELOAD:-}${PROBE:+ $PROBE}" RESHAPE_EXIT_PROBE="$tmp/probe" \
   nbdkit -U "$tmp/sock" -P "$tmp/pid" -f --filter="$FILTER" --filter=error \
     file "$tmp/disk" error-pwrite=EIO error-pwrite-rate=100% \
     error-file="$tmp/refuse" reshape-writeback=true reshape-size=64K \
@@ -103,9 +103,11 @@ run exit
   fail "acknowledged data given up, yet exit status $(cat "$tmp/rc")"
 # ... set once the rest of the process has finished its exit: an exit
 # handler registered before main, a library destructor, a stdio stream.
-[ "$(sort "$tmp/probe")" = "$(printf 'atexit\ndestructor')" ] &&
-  [ "$(cat "$tmp/probe.stdio")" = stdio ] ||
-  fail "the failing status cut the exit short: $(cat "$tmp/probe"*)"
+if [ -n "$PROBE" ]; then
+  [ "$(sort "$tmp/probe")" = "$(printf 'atexit\ndestructor')" ] &&
+    [ "$(cat "$tmp/probe.stdio")" = stdio ] ||
+    fail "the failing status cut the exit short: $(cat "$tmp/probe"*)"
+fi
 [ "$(grep -c '4 acknowledged bytes of 1 export ("") lost at server exit' \
      "$tmp/log")" -eq 1 ] || fail "no single error line: $(tail -5 "$tmp/log")"
 # Many names: still one error line, for all of them.
