@@ -71,7 +71,7 @@ print(\"kept staged through failures\")
 rm -f "$tmp/refuse"
 grep -q "deferred write of 100 bytes at 0 failed" "$tmp/err" ||
   fail "deferred failure not logged: $(cat "$tmp/err")"
-grep -q '50 acknowledged bytes of 1 export ("") lost at server exit' "$tmp/err" ||
+grep -q "50 acknowledged bytes of 1 export ('') lost at server exit" "$tmp/err" ||
   fail "data given up at exit not named: $(cat "$tmp/err")"
 cmp -n 100 "$tmp/disk" <(printf 'x%.0s' $(seq 100)) ||
   fail "the retried write-back did not reach the file"

@@ -300,6 +300,23 @@ stats_text_name (FILE *fp, const char *str)
   fputc ('\'', fp);
 }
 
+char *
+stats_log_name (const char *name)
+{
+  char *buf = NULL;
+  size_t len;
+  FILE *fp = open_memstream (&buf, &len);
+
+  if (fp == NULL)
+    return NULL;
+  stats_text_name (fp, name);
+  if (fclose (fp) != 0) {
+    free (buf);
+    return NULL;
+  }
+  return buf;
+}
+
 /* Seconds from the first to the last client request. */
 static double
 active_s (void)

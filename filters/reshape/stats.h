@@ -95,4 +95,7 @@ extern bool stats_json_string (FILE *fp, const char *s);
 extern void stats_json_hex (FILE *fp, const char *s);
 extern void stats_text_name (FILE *fp, const char *s);
 
+/* The same quoted name, for log lines (malloc'd; NULL on failure). */
+extern char *stats_log_name (const char *s);
+
 #endif /* NBDKIT_RESHAPE_STATS_H */

@@ -28,6 +28,7 @@ NBDKIT_DLL_PUBLIC int reshape_debug_tune;
 
 struct tune {
   const char *name;                     /* the export's, borrowed */
+  char *shown;                          /* quoted, for log lines */
   pthread_mutex_t lock;                 /* all below */
   struct geometry geo;                  /* learnt on; exportsize 0: none */
   struct learn learn;
@@ -48,6 +49,11 @@ tune_new (const char *name)
   if (t == NULL)
     return NULL;
   t->name = name;
+  t->shown = stats_log_name (name);
+  if (t->shown == NULL) {
+    free (t);
+    return NULL;
+  }
   pthread_mutex_init (&t->lock, NULL);
   return t;
 }
@@ -56,6 +62,7 @@ void
 tune_free (struct tune *t)
 {
   pthread_mutex_destroy (&t->lock);
+  free (t->shown);
   free (t);
 }
 
@@ -111,7 +118,7 @@ learnt_changed (struct tune *t)
 {
   __atomic_add_fetch (&generation, 1, __ATOMIC_RELAXED);
   if (reshape_debug_tune)
-    nbdkit_debug ("reshape: tune: export '%s': %s", t->name, t->learn.why);
+    nbdkit_debug ("reshape: tune: export %s: %s", t->shown, t->learn.why);
 }
 
 void
@@ -121,8 +128,8 @@ tune_connect (struct tune *t, const struct geometry *geo)
 
   if (t->geo.exportsize && !same_geometry (&t->geo, geo)) {
     if (reshape_debug_tune)
-      nbdkit_debug ("reshape: tune: export '%s' changed (size %" PRIu64
-                    " now): learnt anew", t->name, geo->exportsize);
+      nbdkit_debug ("reshape: tune: export %s changed (size %" PRIu64
+                    " now): learnt anew", t->shown, geo->exportsize);
     learn_forget (&t->learn);
   }
   t->geo = *geo;
@@ -149,7 +156,7 @@ tune_teach (struct tune *t, const struct tune_learnt *l)
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
   if (learn_teach (core (t), l) && reshape_debug_tune)
-    nbdkit_debug ("reshape: tune: export '%s': %s", t->name, t->learn.why);
+    nbdkit_debug ("reshape: tune: export %s: %s", t->shown, t->learn.why);
   publish (t);
 }
 
@@ -207,12 +214,12 @@ tune_sample_done (struct tune *t, const struct tune_fetch *f, uint64_t ns)
   bool changed;
 
   if (f->rung && f->try == t->learn.ladder.tries && reshape_debug_tune > 1)
-    nbdkit_debug ("reshape: tune: export '%s': %" PRIu32 "K pair %u: %s "
-                  "%.3f ms", t->name, f->rung / 1024, f->pair,
+    nbdkit_debug ("reshape: tune: export %s: %" PRIu32 "K pair %u: %s "
+                  "%.3f ms", t->shown, f->rung / 1024, f->pair,
                   f->block ? "block" : "base", ns / 1e6);
   changed = learn_sample (core (t), f, ns);
   if (t->learn.note[0] && reshape_debug_tune)
-    nbdkit_debug ("reshape: tune: export '%s': %s", t->name,
+    nbdkit_debug ("reshape: tune: export %s: %s", t->shown,
                   t->learn.note);
   if (changed)
     learnt_changed (t);

@@ -183,7 +183,7 @@ writeback_new (const char *name)
 
   if (wb == NULL)
     return NULL;
-  wb->name = strdup (name);
+  wb->name = stats_log_name (name);     /* only log lines show it */
   if (wb->name == NULL) {
     free (wb);
     return NULL;
@@ -986,7 +986,7 @@ write_back_elsewhere (struct writeback *wb, uint64_t lo, uint64_t hi,
   int r;
 
   if (door == NULL) {
-    nbdkit_error ("reshape: write-back: no connection of export \"%s\" "
+    nbdkit_error ("reshape: write-back: no connection of export %s "
                   "to write back through", wb->name);
     *err = EIO;
     return -1;
@@ -1038,7 +1038,7 @@ writeback_order (struct wb_conn *wc, uint64_t lo, uint64_t hi, int *err)
   v = others_over (wc->wb, lo, hi, &n, &e);
   for (i = 0; i < n; i++) {
     if (r == 0 && write_back_elsewhere (v[i], lo, hi, &e) == -1) {
-      nbdkit_error ("reshape: write-back: what export \"%s\" staged at "
+      nbdkit_error ("reshape: write-back: what export %s staged at "
                     "%" PRIu64 "-%" PRIu64 " must reach the plugin "
                     "before this write and could not: %s",
                     v[i]->name, lo, hi, strerror (e));
@@ -1089,7 +1089,7 @@ writeback_shutdown (void)
     if (lost == 0)
       continue;
     nbdkit_debug ("reshape: write-back: %" PRIu64 " acknowledged bytes of "
-                  "export \"%s\" lost", lost, wb->name);
+                  "export %s lost", lost, wb->name);
     total += lost;
     if (exports++ == 0)
       first = wb->name;
@@ -1097,7 +1097,7 @@ writeback_shutdown (void)
   /* One line for all: a client may have opened thousands of names. */
   if (total > 0) {
     nbdkit_error ("reshape: write-back: %" PRIu64 " acknowledged bytes of "
-                  "%u export%s (\"%s\"%s) lost at server exit: they could "
+                  "%u export%s (%s%s) lost at server exit: they could "
                   "not be written back; exiting with failure", total,
                   exports, exports == 1 ? "" : "s", first,
                   exports == 1 ? "" : " and others");
