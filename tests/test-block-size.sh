@@ -4,7 +4,8 @@
 # reshape-size=auto (the default) what earlier clients' reads taught
 # (64K for a plugin without latency), or the plugin's own preferred
 # size if larger; before anything is learnt, the plugin's own
-# preferred size, at least 4K (nothing is read at the handshake).
+# preferred size if above 4K, else a guess, 2M (nothing is read at the
+# handshake).
 # Never more than the export.  nbdcopy and qemu-img listen.
 source "$srcdir/functions.sh"
 requires nbdinfo --version
@@ -31,20 +32,25 @@ expect ()
 }
 policy="--filter=blocksize-policy"
 
-# Nothing learnt yet: the 256K the filter then cuts at is only a
-# guess, and clients hear 4K, or the plugin's own preferred size if
-# larger (nbdkit 1.38's memory plugin says 32K; 1.32's says nothing).
+# Nothing learnt yet: clients hear the guess, 2M (here the export's
+# 1M), or the plugin's own preferred size if above 4K (nbdkit 1.38's
+# memory plugin says 32K; 1.32's says nothing).
 set -- $(sizes memory 1M)
 echo "memory 1M without the filter: $*"
-plain=$(( $2 > 4096 ? $2 : 4096 ))
+plain=$(( $2 > 4096 ? $2 : 1048576 ))
 expect "1 $plain 67108864"   memory 1M
 expect "1 $plain 67108864"   memory 1M reshape-size=auto
 expect "1 1048576 67108864"  memory 1M reshape-size=1M
 # The plugin's preferred size wins when larger ...
 expect "1 2097152 67108864"  $policy memory 8M blocksize-preferred=2M
-# ... a 4K minimum is hidden from clients.
-expect "1 4096 67108864"     $policy memory 1M blocksize-minimum=4096 \
+# ... a 4K minimum is hidden from clients, and 4K preferred is not
+# above the guess.
+expect "1 1048576 67108864"  $policy memory 1M blocksize-minimum=4096 \
                                       blocksize-preferred=4096
+expect "1 2097152 67108864"  $policy memory 8M blocksize-minimum=4096 \
+                                      blocksize-preferred=4096
+# ... and a plugin's maximum caps the guess.
+expect "1 524288 67108864"   $policy memory 8M blocksize-maximum=512K
 expect "1 65536 67108864"    $policy memory 1M blocksize-minimum=64K \
                                       blocksize-preferred=64K
 # Never more than the export.

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The seed's case on every nbdkit, as the readahead budget sees it: a
 # plugin that decodes 2M clusters whole (the model plugin, as qcow2dec
-# over a compressed qcow2), copied by nbdcopy with its default 256K
-# requests, several connections of many reads in flight each.  The
+# over a compressed qcow2), copied by nbdcopy.  Told 2M at the
+# handshake, nbdcopy reads whole clusters: each is decoded once.  Told
+# 256K (nbdkit's blocksize-policy filter above), it sends its default
+# 256K requests, several connections of many reads in flight each.  The
 # reads in flight ask for what a cluster's fill reads beyond its first
 # read, so the budget must not refuse those fills: if it does, each
 # refused 256K read decodes its whole cluster again (a 5x slower copy
@@ -18,23 +20,44 @@ requires nbdcopy --version
 test -f "$MODEL" || { echo "model plugin not built"; exit 77; }
 
 size=512M
+clusters=256
 head -c "$size" /dev/urandom > "$tmp/disk"
-nbdkit -U - --filter="$FILTER" "$MODEL" size=$size file="$tmp/disk" \
-  latency=100us cluster=2M decode=2ms decoders=2 \
-  reshape-stats="$tmp/stats.json" \
-  --run "nbdcopy \"\$uri\" \"$tmp/out\"" ||
-  fail "nbdcopy failed"
-cmp "$tmp/disk" "$tmp/out" || fail "the copy differs from the disk"
 
-client=$(stat_of "$tmp/stats.json" ops.pread.client.requests)
-plugin=$(stat_of "$tmp/stats.json" ops.pread.plugin.requests)
-client_bytes=$(stat_of "$tmp/stats.json" ops.pread.client.bytes)
-unasked=$(stat_of "$tmp/stats.json" unasked_bytes)
-refused=$(stat_of "$tmp/stats.json" readahead_fills_refused)
-bound=$((client_bytes / 20 + 16 * 1024 * 1024))
-echo "client reads $client, plugin reads $plugin, fills refused $refused," \
-     "unasked $unasked (at most $bound)"
-test $((plugin * 4)) -le "$client" ||
-  fail "$plugin plugin reads for $client client reads: clusters decoded again"
-test "$refused" -le 64 || fail "the budget refused $refused fills"
-test "$unasked" -le "$bound" || fail "$unasked unasked bytes"
+copy ()                  # [FILTER-ABOVE KEY=VALUE]
+{
+  rm -f "$tmp/out" "$tmp/stats.json"
+  nbdkit -U - ${1:+--filter=$1} --filter="$FILTER" "$MODEL" size=$size \
+    file="$tmp/disk" latency=100us cluster=2M decode=2ms decoders=2 ${2:-} \
+    reshape-stats="$tmp/stats.json" \
+    --run "nbdcopy \"\$uri\" \"$tmp/out\"" ||
+    fail "nbdcopy failed"
+  cmp "$tmp/disk" "$tmp/out" || fail "the copy differs from the disk"
+  client=$(stat_of "$tmp/stats.json" ops.pread.client.requests)
+  plugin=$(stat_of "$tmp/stats.json" ops.pread.plugin.requests)
+  client_bytes=$(stat_of "$tmp/stats.json" ops.pread.client.bytes)
+  unasked=$(stat_of "$tmp/stats.json" unasked_bytes)
+  refused=$(stat_of "$tmp/stats.json" readahead_fills_refused)
+  bound=$((client_bytes / 20 + 16 * 1024 * 1024))
+  echo "${1:-default}: client reads $client, plugin reads $plugin," \
+       "fills refused $refused, unasked $unasked (at most $bound)"
+  # Each cluster fetched about once, whatever the client's size.
+  test $((plugin * 4)) -le $((clusters * 5)) ||
+    fail "$plugin plugin reads for $clusters clusters: decoded again"
+  test "$unasked" -le "$bound" || fail "$unasked unasked bytes"
+}
+
+# What the filter tells: nbdcopy reads whole clusters.
+copy
+test $((client * 4)) -le $((clusters * 5)) ||
+  fail "nbdcopy sent $client reads: not told 2M"
+
+# Told 256K: the reads in flight ask for what a fill reads beyond the
+# first; the budget must not refuse those fills.
+if have_filter blocksize-policy; then
+  copy blocksize-policy blocksize-preferred=256K
+  test $((plugin * 4)) -le "$client" ||
+    fail "$plugin plugin reads for $client client reads"
+  test "$refused" -le 64 || fail "the budget refused $refused fills"
+else
+  without "256K reads" "no blocksize-policy filter"
+fi

@@ -398,21 +398,23 @@ params_limits (nbdkit_next *next, struct geometry *geo, uint32_t *ppref)
  *     preferred size, or the plugin's preferred size if larger (the
  *     plugin may know what timing cannot see, a RAID stripe say);
  *   - otherwise the plugin's preferred size if above HINT_SIZE, else
- *     the static DEFAULT_SIZE, which is only a guess and so is not
- *     told to clients: they hear HINT_SIZE (or the plugin's minimum).  Clients
- *     such as nbdcopy raise any smaller request size to the hint and
- *     size their buffers by it, and a client that chose small
- *     requests for a fast plugin should keep them.
+ *     the static DEFAULT_SIZE, a guess for where to cut, while clients
+ *     are told GUESS_PREFERRED: nbdcopy and qemu-img size their
+ *     requests by it, and a large request costs nothing when the guess
+ *     is wrong, since reshape-size=auto cuts (cut.c) what the plugin
+ *     serves faster in pieces.
  *
  * Then the geometry's bounds: at least the minimum block, at most the
  * maximum (the cap wins), and the preferred size a power of 2 no
- * larger than the request size or the export.
+ * larger than the export, nor than the request size but for the
+ * guess.
  */
 void
 params_sizes (struct geometry *geo, uint32_t ppref, uint32_t learnt_unit,
               uint32_t learnt_preferred, uint32_t *preferred)
 {
-  uint64_t size, pref;
+  uint64_t size, pref, told_cap;
+  bool guess = false;
 
   if (reshape_cfg.size)
     size = pref = reshape_cfg.size;
@@ -424,14 +426,15 @@ params_sizes (struct geometry *geo, uint32_t ppref, uint32_t learnt_unit,
     size = pref = ppref;
   else {
     size = DEFAULT_SIZE;
-    pref = MAX (HINT_SIZE, geo->min);
+    pref = GUESS_PREFERRED;
+    guess = true;
   }
   size = MAX (size, geo->min);
   geo->size = ROUND_DOWN (MIN (size, geo->max), geo->min);
+  told_cap = guess ? geo->max : geo->size;
   /* Never above the export: a client sizes its buffers by it. */
-  *preferred = preferred_pow2 (MIN (MIN (MAX (pref, geo->min),
-                                         geo->size),
-                                        MAX (geo->exportsize, 1)));
+  *preferred = preferred_pow2 (MIN (MIN (MAX (pref, geo->min), told_cap),
+                                    MAX (geo->exportsize, 1)));
 
   nbdkit_debug ("reshape: plugin advertises preferred %" PRIu32
                 "; requests to it: aligned to %" PRIu32
