@@ -8,6 +8,11 @@
 # check builds the model plugin); SECTIONs: naive deep serial big
 # convert optimal scan sweep (default: all).
 set -euo pipefail
+case ${1:-} in
+  -h|--help) sed -n '2,/^set -euo/{/^set/d;s/^# \{0,1\}//;p;}' "$0"; exit 0 ;;
+  ''|*[!0-9]*) [ -z "${1:-}" ] ||
+                 { echo "$0: RUNS must be a number (--help)" >&2; exit 1; } ;;
+esac
 cd "$(dirname "$0")/.."
 export PATH="/usr/bin:/bin:$PATH"
 runs=${1:-3}

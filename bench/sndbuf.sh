@@ -4,6 +4,9 @@
 # with reshape-sndbuf off (kernel default) and raised.
 # usage: bench/sndbuf.sh [hyperfine options], from a built tree
 set -euo pipefail
+case ${1:-} in
+  -h|--help) sed -n '2,/^set -euo/{/^set/d;s/^# \{0,1\}//;p;}' "$0"; exit 0 ;;
+esac
 cd "$(dirname "$0")/.."
 export PATH="/usr/bin:/bin:$PATH"
 filter="$PWD/filters/reshape/.libs/nbdkit-reshape-filter.so"

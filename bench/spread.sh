@@ -11,7 +11,7 @@
 # usage: bench/spread.sh [RUNS]   (5; nbdkit 1.36 or later for qcow2dec)
 set -euo pipefail
 case ${1:-} in
-  -h|--help) sed -n '2,11s/^# \{0,1\}//p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,/^set -euo/{/^set/d;s/^# \{0,1\}//;p;}' "$0"; exit 0 ;;
   ''|*[!0-9]*) [ -z "${1:-}" ] || { echo "spread.sh: RUNS must be a number" >&2; exit 1; } ;;
 esac
 cd "$(dirname "$0")/.."

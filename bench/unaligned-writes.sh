@@ -7,6 +7,9 @@
 #   reshape     this filter (per-block range locks)
 # usage: bench/unaligned-writes.sh [hyperfine options], from a built tree
 set -euo pipefail
+case ${1:-} in
+  -h|--help) sed -n '2,/^set -euo/{/^set/d;s/^# \{0,1\}//;p;}' "$0"; exit 0 ;;
+esac
 cd "$(dirname "$0")/.."
 export PATH="/usr/bin:/bin:$PATH"
 filter="$PWD/filters/reshape/.libs/nbdkit-reshape-filter.so"
