@@ -17,7 +17,7 @@ bad ()
   grep -q -- "${param%%=*}" "$tmp/out" ||
     fail "$param: message does not name the parameter: $(cat "$tmp/out")"
   case $param in
-    reshape-stats=*|reshape-sise=*) ;;
+    reshape-stats=/*|reshape-sise=*) ;;
     *) grep -qF -- "'${param#*=}'" "$tmp/out" ||
          fail "$param: message does not name the value: $(cat "$tmp/out")" ;;
   esac
@@ -61,6 +61,8 @@ bad reshape-writeback=maybe   "accepted: true or false"
 bad reshape-writeback=2       "accepted: true or false"
 bad reshape-writeback=        "accepted: true or false"
 bad reshape-sise=1M          "unknown parameter"
+bad reshape-stats=           "the path of a file"
+bad reshape-profile=         "the path of a file"
 # 0 means the word only where there is one.
 bad reshape-min=0            "power of 2 from 1 to 64K"
 bad reshape-max=0            "from 512 to 4G-1"
@@ -78,6 +80,7 @@ good reshape-writeback=No
 good reshape-maxdata=32M reshape-maxlen=4294967295 reshape-pool=1t
 good reshape-max=1M reshape-maxlen=64K reshape-size=2048s
 good reshape-readahead=64M
+good reshape-maxdata=+64K reshape-pool=+1M    # as nbdkit_parse_size
 good reshape-sndbuf=0
 # Booleans: every form nbdkit_parse_bool takes, in any case.
 for b in true false TRUE yes no Y n on OFF 1 0 t F; do
@@ -88,6 +91,13 @@ good reshape-size=0
 good reshape-readahead=0 reshape-sndbuf=0K
 good reshape-sndbuf=2M reshape-stats="$tmp/stats"
 test -s "$tmp/stats" || fail "reshape-stats file not written"
+
+# Write-back over a read-only export: said once, not refused.
+nbdkit_reshape -r memory 1M reshape-writeback=true \
+  --run 'nbdinfo "$uri" >/dev/null && nbdinfo "$uri" >/dev/null' \
+  2> "$tmp/out" || fail "-r with reshape-writeback=true refused"
+test "$(grep -c 'reshape-writeback=true has no effect' "$tmp/out")" = 1 ||
+  fail "-r with reshape-writeback=true: $(cat "$tmp/out")"
 
 # refused EXPECTED ARGS...: nbdkit refuses ARGS with exactly one
 # error line, which contains EXPECTED.
@@ -149,7 +159,7 @@ grep '^reshape-' "$tmp/help" > "$tmp/params"
 test "$(wc -l < "$tmp/params")" = 12 || fail "$(cat "$tmp/help")"
 cols=$(awk '{ match ($0, /^[^ ]+ +/); print RLENGTH }' "$tmp/params" |
        sort -u)
-test "$cols" = 28 || fail "--help: ragged columns ($cols): $(cat "$tmp/params")"
+test "$cols" = 30 || fail "--help: ragged columns ($cols): $(cat "$tmp/params")"
 if grep -v '(default: ' "$tmp/params"; then
   fail "--help: a parameter without its default"
 fi

@@ -45,7 +45,8 @@ struct params reshape_cfg = {
 };
 
 /* A number with an optional scale suffix (nbdkit's own: b, k, m, g,
- * t, p, e in either case, s for 512-byte sectors), no more than max.
+ * t, p, e in either case, s for 512-byte sectors), no more than max;
+ * a leading + as nbdkit_parse_size takes it.
  */
 static bool
 silent_size (const char *s, uint64_t max, uint64_t *out)
@@ -54,6 +55,8 @@ silent_size (const char *s, uint64_t max, uint64_t *out)
   uint64_t v = 0, scale = 1;
   const char *p;
 
+  if (*s == '+')
+    s++;
   if (*s < '0' || *s > '9')
     return false;
   for (; *s >= '0' && *s <= '9'; s++) {
@@ -205,8 +208,13 @@ set_numeric (enum param_id id, uint64_t v)
 
 /* A file parameter, as an absolute path (nbdkit may change directory). */
 static int
-params_file (char **out, const char *value)
+params_file (char **out, const char *key, const char *value)
 {
+  if (*value == '\0') {
+    nbdkit_error ("%s: '' is not accepted; accepted: the path of a "
+                  "file to write", key);
+    return -1;
+  }
   free (*out);
   *out = nbdkit_absolute_path (value);
   return *out ? 1 : -1;
@@ -232,9 +240,9 @@ params_key (const char *key, const char *value)
       return 1;
     }
   if (strcmp (key, "reshape-stats") == 0)
-    return params_file (&reshape_cfg.stats_file, value);
+    return params_file (&reshape_cfg.stats_file, key, value);
   if (strcmp (key, "reshape-profile") == 0)
-    return params_file (&reshape_cfg.profile_file, value);
+    return params_file (&reshape_cfg.profile_file, key, value);
   if (strncmp (key, "reshape-", 8) == 0) {
     /* A typo must not silently reach the plugin as its own parameter. */
     nbdkit_error ("unknown parameter '%s'; the reshape filter takes "

@@ -71,29 +71,29 @@ extern void params_sizes (struct geometry *geo, uint32_t ppref,
 #define PARAMS_HELP_SNDBUF "(default: off)"
 #endif
 #define PARAMS_HELP \
-  "reshape-size=auto|SIZE      " \
+  "reshape-size=auto|<SIZE>      " \
     "Request size, learnt or SIZE (default: auto).\n" \
-  "reshape-min=SIZE            " \
+  "reshape-min=<SIZE>            " \
     "Alignment the plugin needs (default: the plugin's).\n" \
-  "reshape-max=SIZE            " \
+  "reshape-max=<SIZE>            " \
     "Sets both caps below (default: the plugin's).\n" \
-  "reshape-maxdata=SIZE        " \
+  "reshape-maxdata=<SIZE>        " \
     "Largest read or write (default: the plugin's).\n" \
-  "reshape-maxlen=SIZE         " \
+  "reshape-maxlen=<SIZE>         " \
     "Largest zero/trim/cache/extents (default: ditto).\n" \
-  "reshape-readahead=SIZE|off  " \
+  "reshape-readahead=<SIZE>|off  " \
     "Largest readahead window (default: 8M).\n" \
-  "reshape-writeback=BOOL      " \
+  "reshape-writeback=<BOOL>      " \
     "Stage small writes (default: false).\n" \
-  "reshape-parallel=N          " \
+  "reshape-parallel=<N>          " \
     "Pieces of one request at once (default: 16).\n" \
-  "reshape-pool=SIZE           " \
+  "reshape-pool=<SIZE>           " \
     "Cap on the filter's buffers (default: 64M).\n" \
-  "reshape-sndbuf=SIZE|off     " \
+  "reshape-sndbuf=<SIZE>|off     " \
     "Unix socket clients' send buffer " PARAMS_HELP_SNDBUF ".\n" \
-  "reshape-stats=FILE          " \
+  "reshape-stats=<FILE>          " \
     "Statistics report at exit (default: none).\n" \
-  "reshape-profile=FILE        " \
+  "reshape-profile=<FILE>        " \
     "Keep what reshape-size=auto learns (default: none)."
 
 #endif /* NBDKIT_RESHAPE_PARAMS_H */

@@ -49,6 +49,7 @@
 #include "tunables.h"
 #include "tune.h"
 #include "workers.h"
+#include "warn.h"
 #include "writeback.h"
 
 
@@ -193,6 +194,9 @@ reshape_cleanup (nbdkit_backend *nxdata)
   workers_stop ();
 }
 
+/* reshape-writeback=true under -r: said once. */
+static bool told_readonly;
+
 static void *
 reshape_open (nbdkit_next_open *next, nbdkit_context *nxdata,
               int readonly, const char *exportname, int is_tls)
@@ -201,6 +205,10 @@ reshape_open (nbdkit_next_open *next, nbdkit_context *nxdata,
 
   if (next (nxdata, readonly, exportname) == -1)
     return NULL;
+  if (readonly && reshape_cfg.writeback &&
+      !__atomic_exchange_n (&told_readonly, true, __ATOMIC_RELAXED))
+    reshape_warning ("reshape-writeback=true has no effect: the export is "
+                     "read-only (nbdkit -r)");
   h = calloc (1, sizeof *h);
   if (h == NULL) {
     nbdkit_error ("calloc: %m");
@@ -515,7 +523,10 @@ reshape_flush (nbdkit_next *next, void *handle, uint32_t flags, int *err)
 
 static struct nbdkit_filter filter = {
   .name              = "reshape",
-  .longname          = "nbdkit reshape filter",
+  /* --version prints nbdkit's version for every filter (_version must
+   * match it); --help prints this.
+   */
+  .longname          = "nbdkit reshape filter " PACKAGE_VERSION,
   .description       = "reshape request sizes into the plugin's optimum",
   .load              = reshape_load,
   .unload            = reshape_unload,
