@@ -40,9 +40,30 @@ def calls(name, label):
     return ""
 
 
+def kept_text(path):
+    """The hand-written paragraphs between the header and the first
+    table of an existing README.md (the other benchmarks' index)."""
+    try:
+        lines = open(path).read().split("\n")
+    except FileNotFoundError:
+        return []
+    kept, on = [], False
+    for line in lines:
+        if line.startswith("## "):
+            break
+        if on:
+            kept.append(line)
+        elif line.startswith("Made by `bench/accel.sh`"):
+            on = True
+    while kept and kept[0] == "":
+        kept.pop(0)
+    return kept
+
+
 md = ["# Benchmark results", "",
       "Made by `bench/accel.sh` (hyperfine, one run per table; ratios "
       "are against no filter in the same run).", ""]
+md += kept_text(os.path.join(d, "README.md"))
 bars = []                                   # (bench, label, speed-up)
 for name in TITLES:
     if not os.path.exists(os.path.join(d, name + ".json")):
