@@ -104,7 +104,7 @@ call (const struct plugin *p, uint64_t off, uint64_t s)
 
 /* A sample handed out, and when its time comes back. */
 struct pending {
-  struct tune_fetch f;
+  struct learn_fetch f;
   uint64_t ns;
   unsigned due;
 };
@@ -125,14 +125,14 @@ stream (struct learn *l, const struct cell *c, unsigned n, struct run *r)
 
   memset (r, 0, sizeof *r);
   for (i = 0; i < n; i++) {
-    struct tune_fetch f;
+    struct learn_fetch f;
     uint64_t size, at, ns;
 
     learn_fetch (l, c->read, c->lag + 1, 64 << 20, &f);
     size = f.size ? f.size : c->read;
     at = f.size ? off / f.size * f.size : off;
     ns = call (&c->p, at, size);
-    learn_record (l, TUNE_READ, size, ns);
+    learn_record (l, LEARN_READ, size, ns);
     off = at + size;
     if (f.rung && nq < 64)
       q[nq++] = (struct pending) { .f = f, .ns = ns, .due = i + c->lag };
@@ -280,14 +280,14 @@ check_grains (void)
     const struct plugin p = { .lat_ns = cases[i].lat_ns, .bw = cases[i].bw };
     struct learn l = { .min = 4096, .parallel = true };
     const uint32_t grain = 1 << 20;
-    struct tune_fetch f;
+    struct learn_fetch f;
 
     learn_forget (&l);
-    learn_teach (&l, &(struct tune_learnt) {
+    learn_teach (&l, &(struct learnt) {
         .grain = grain, .flat_ns = cost (&p, 0, grain),
         .lat_ns = p.lat_ns, .ns_per_byte = 1e9 / p.bw });
     for (j = 0; j < 8; j++)
-      learn_record (&l, TUNE_READ, cases[i].read,
+      learn_record (&l, LEARN_READ, cases[i].read,
                     cost (&p, 0, cases[i].read));
     learn_fetch (&l, cases[i].read, cases[i].in_flight, 64 << 20, &f);
     if ((f.size != 0) != cases[i].grains) {

@@ -56,7 +56,7 @@ struct bandit {
 struct cut {
   pthread_mutex_t lock;
   unsigned inflight;                    /* requests timed, atomic */
-  struct bandit bandits[TUNE_DIRS][SIZE_CLASSES];
+  struct bandit bandits[LEARN_DIRS][SIZE_CLASSES];
 };
 
 struct cut *
@@ -77,9 +77,9 @@ cut_free (struct cut *choices)
 }
 
 static const char *
-dir_name (enum tune_dir d)
+dir_name (enum learn_dir d)
 {
-  return d == TUNE_READ ? "reads" : "writes";
+  return d == LEARN_READ ? "reads" : "writes";
 }
 
 /* Lanes: the pieces of one request that run at once.  The plugin's
@@ -125,7 +125,7 @@ best_cut (unsigned l, const struct cut_model *m, uint64_t count,
  * nothing known, only a measurement will tell); count if none.
  */
 static uint64_t
-proposal (struct cut *choices, struct tune *t, enum tune_dir d,
+proposal (struct cut *choices, struct tune *t, enum learn_dir d,
           uint64_t count, uint32_t max, double *gain)
 {
   const unsigned l = lanes (choices);
@@ -140,7 +140,7 @@ proposal (struct cut *choices, struct tune *t, enum tune_dir d,
     return best_cut (l, &m, count, max, gain);
   case 0:                               /* not learnt: try one lane each */
     if (l <= 1 ||
-        count < (d == TUNE_WRITE ? UNLEARNT_WRITE_MIN : UNLEARNT_MIN))
+        count < (d == LEARN_WRITE ? UNLEARNT_WRITE_MIN : UNLEARNT_MIN))
       return count;
     piece = MAX (pow2_floor (count / l), PIECE_MIN);
     *gain = 0;
@@ -168,11 +168,11 @@ cut_own (struct cut *choices, struct tune *t, uint64_t count, uint32_t max)
 
 /* A new bandit: eager to try cutting if the model promises much. */
 static void
-bandit_start (struct bandit *b, enum tune_dir d, double gain,
+bandit_start (struct bandit *b, enum learn_dir d, double gain,
               uint64_t count, uint64_t cut)
 {
   *b = (struct bandit) { .used = true, .cut = false,
-                         .every = d == TUNE_READ && gain >= BIG_GAIN ?
+                         .every = d == LEARN_READ && gain >= BIG_GAIN ?
                                   EXPLORE_EAGER : EXPLORE_FIRST };
   if (reshape_debug_tune)
     nbdkit_debug ("reshape: tune: %s of %" PRIu64 "K: whole (cut at %"
@@ -181,7 +181,7 @@ bandit_start (struct bandit *b, enum tune_dir d, double gain,
 }
 
 uint32_t
-cut_begin (struct cut *choices, struct tune *t, enum tune_dir d,
+cut_begin (struct cut *choices, struct tune *t, enum learn_dir d,
            uint64_t count, uint32_t max, struct cut_choice *c)
 {
   struct bandit *b;
@@ -216,7 +216,7 @@ cut_begin (struct cut *choices, struct tune *t, enum tune_dir d,
  * held.
  */
 static void
-bandit_learn (struct bandit *b, enum tune_dir d, unsigned cls, int o,
+bandit_learn (struct bandit *b, enum learn_dir d, unsigned cls, int o,
               double npb)
 {
   b->ns_per_byte[o] = b->samples[o] ?
@@ -244,7 +244,7 @@ bandit_learn (struct bandit *b, enum tune_dir d, unsigned cls, int o,
 }
 
 void
-cut_end (struct cut *choices, enum tune_dir d,
+cut_end (struct cut *choices, enum learn_dir d,
          const struct cut_choice *c, bool ok)
 {
   const double npb = (double) (now_ns () - c->start_ns) / c->count;

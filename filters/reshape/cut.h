@@ -32,9 +32,9 @@ struct cut_choice {
   uint64_t start_ns;
 };
 extern uint32_t cut_begin (struct cut *choices, struct tune *t,
-                           enum tune_dir d, uint64_t count, uint32_t max,
+                           enum learn_dir d, uint64_t count, uint32_t max,
                            struct cut_choice *c);
-extern void cut_end (struct cut *choices, enum tune_dir d,
+extern void cut_end (struct cut *choices, enum learn_dir d,
                      const struct cut_choice *c, bool ok);
 
 /* Where to cut a read the filter makes itself (a run of grains): no

@@ -36,10 +36,11 @@ struct io {
   int (*pwrite_below) (const struct io *io, const void *buf,
                        uint32_t count, uint64_t offset, uint32_t flags,
                        int *err);
-  /* May a fill of the read cache over [lo, hi) keep what the plugin
-   * has there?  (Not while staged writes there are not in the plugin.)
+  /* Write back what is staged over [lo, hi), so that a fill of the
+   * read cache there reads what clients wrote: false if some of it
+   * stays staged (the fill must not be kept).
    */
-  bool (*fill_ok) (const struct io *io, uint64_t lo, uint64_t hi);
+  bool (*flush_staged) (const struct io *io, uint64_t lo, uint64_t hi);
   void *conn;                   /* reshape.c's, for these three */
 };
 

@@ -82,8 +82,8 @@ learn_forget (struct learn *l)
   memset (&l->ladder, 0, sizeof l->ladder);
   l->ladder.tries = tries;
   l->state = LEARN_NONE;
-  l->learnt = (struct tune_learnt) { .fast = false };
-  l->sizes = (struct tune_sizes) { 0 };
+  l->learnt = (struct learnt) { .fast = false };
+  l->sizes = (struct learn_sizes) { 0 };
   l->why[0] = '\0';
 }
 
@@ -91,11 +91,11 @@ learn_forget (struct learn *l)
 static void
 choose_sizes (struct learn *l)
 {
-  const struct tune_learnt *lt = &l->learnt;
+  const struct learnt *lt = &l->learnt;
   uint64_t p;
 
   if (lt->fast) {
-    l->sizes = (struct tune_sizes) { .preferred = FAST_PREFERRED };
+    l->sizes = (struct learn_sizes) { .preferred = FAST_PREFERRED };
     snprintf (l->why, sizeof l->why, "reads of the stream's size took "
               "%.0f us: no latency; clients told %uK, nothing fetched "
               "or cut", lt->flat_ns / 1000, FAST_PREFERRED / 1024);
@@ -112,7 +112,7 @@ choose_sizes (struct learn *l)
   else
     p = PREFERRED_CAP;
   p = MIN (MAX (p, lt->grain), PREFERRED_CAP);
-  l->sizes = (struct tune_sizes) {
+  l->sizes = (struct learn_sizes) {
     .preferred = p, .unit = p, .grain = lt->grain,
   };
   if (lt->ns_per_byte > 0)
@@ -130,7 +130,7 @@ choose_sizes (struct learn *l)
 
 /* Learnt: from now on, connections are told l->sizes. */
 static void
-publish (struct learn *l, const struct tune_learnt *lt)
+publish (struct learn *l, const struct learnt *lt)
 {
   l->learnt = *lt;
   l->state = LEARN_KNOWN;
@@ -138,7 +138,7 @@ publish (struct learn *l, const struct tune_learnt *lt)
 }
 
 bool
-learn_teach (struct learn *l, const struct tune_learnt *lt)
+learn_teach (struct learn *l, const struct learnt *lt)
 {
   if (learn_known (l))
     return false;
@@ -149,7 +149,7 @@ learn_teach (struct learn *l, const struct tune_learnt *lt)
 int
 learn_model (const struct learn *l, struct cut_model *m)
 {
-  const struct tune_learnt *lt = &l->learnt;
+  const struct learnt *lt = &l->learnt;
 
   if (!learn_known (l))
     return 0;
@@ -163,7 +163,7 @@ learn_model (const struct learn *l, struct cut_model *m)
 }
 
 void
-learn_record (struct learn *l, enum tune_dir d, uint64_t bytes, uint64_t ns)
+learn_record (struct learn *l, enum learn_dir d, uint64_t bytes, uint64_t ns)
 {
   struct samples *s = &l->table[d][size_class (bytes)];
 
@@ -275,7 +275,7 @@ fresh_pairs (struct ladder *ladder)
 static bool
 queued (const struct learn *l)
 {
-  const struct samples *s = &l->table[TUNE_READ][l->ladder.base];
+  const struct samples *s = &l->table[LEARN_READ][l->ladder.base];
 
   return s->fastest && s->recent >= PLUGIN_SLOW_NS &&
     s->recent >= QUEUED * s->fastest;
@@ -288,7 +288,7 @@ static bool
 ladder_done (struct learn *l, double base)
 {
   struct ladder *ladder = &l->ladder;
-  struct tune_learnt lt;
+  struct learnt lt;
 
   if (ladder->knee ? ladder->knee > 2 * ladder->flat
                    : 2 * (uint64_t) ladder->flat <= ladder->cap)
@@ -300,7 +300,7 @@ ladder_done (struct learn *l, double base)
   ladder->rung = 0;
   ladder->recheck_in = ladder->knee && ladder->knee != ladder->confirmed ?
                        RECHECK_AFTER : 0;
-  lt = (struct tune_learnt) {
+  lt = (struct learnt) {
     .queued = queued (l),
     .grain = ladder->flat,
     /* A flat block never timed (the plugin's minimum block): the
@@ -380,11 +380,11 @@ judge_rung (struct learn *l)
    * (None was recorded if they all went through bounce buffers: then
    * the pairs' own.)
    */
-  fastest = l->table[TUNE_READ][ladder->base].fastest;
+  fastest = l->table[LEARN_READ][ladder->base].fastest;
   if (fastest == 0)
     fastest = p.base;
   if (fastest < PLUGIN_SLOW_NS) {
-    publish (l, &(struct tune_learnt) { .fast = true, .flat_ns = fastest });
+    publish (l, &(struct learnt) { .fast = true, .flat_ns = fastest });
     return true;
   }
   line = knee (l);
@@ -444,7 +444,7 @@ judge_rung (struct learn *l)
 static double
 recent_ns (const struct learn *l, uint64_t bytes)
 {
-  const struct samples *s = &l->table[TUNE_READ][size_class (bytes)];
+  const struct samples *s = &l->table[LEARN_READ][size_class (bytes)];
 
   return s->calls ? s->recent : l->learnt.flat_ns;
 }
@@ -520,12 +520,12 @@ recheck (struct learn *l, uint32_t count)
 
 void
 learn_fetch (struct learn *l, uint32_t count, unsigned in_flight,
-             uint64_t cap, struct tune_fetch *f)
+             uint64_t cap, struct learn_fetch *f)
 {
   struct ladder *ladder = &l->ladder;
   struct pairs p;
 
-  *f = (struct tune_fetch) { .size = 0 };
+  *f = (struct learn_fetch) { .size = 0 };
   if (learn_known (l) && !recheck (l, count)) {
     if (grains_pay (l, count, in_flight))
       f->size = l->sizes.grain;
@@ -583,7 +583,7 @@ learn_fetch (struct learn *l, uint32_t count, unsigned in_flight,
 }
 
 bool
-learn_sample (struct learn *l, const struct tune_fetch *f, uint64_t ns)
+learn_sample (struct learn *l, const struct learn_fetch *f, uint64_t ns)
 {
   struct ladder *ladder = &l->ladder;
 

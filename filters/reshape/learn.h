@@ -17,7 +17,7 @@
 #include "common.h"
 #include "tunables.h"
 
-enum tune_dir { TUNE_READ, TUNE_WRITE, TUNE_DIRS };
+enum learn_dir { LEARN_READ, LEARN_WRITE, LEARN_DIRS };
 
 /* Size classes by powers of 2, rounding down: class 0 holds sizes up
  * to 8K (exclusive), the last SIZE_CLASSES - 1 from 128M on.  The
@@ -59,14 +59,14 @@ model_ns (const struct cut_model *m, uint64_t s)
  * are fetched in (the cost is flat up to it).  0: not learnt (the
  * static sizes stand).
  */
-struct tune_sizes {
+struct learn_sizes {
   uint32_t preferred;
   uint32_t unit;
   uint32_t grain;
 };
 
 /* What was learnt of an export, as a profile keeps it. */
-struct tune_learnt {
+struct learnt {
   bool fast;                    /* no latency worth hiding */
   bool queued;                  /* calls wait for each other (busy) */
   uint32_t grain;
@@ -81,7 +81,7 @@ struct tune_learnt {
  * follow, with the time its plugin read took (0: none was made, or it
  * failed).
  */
-struct tune_fetch {
+struct learn_fetch {
   uint32_t size;
   bool alone;                   /* the block alone, not a run */
   uint32_t rung;                /* a sample of this rung, 0: none */
@@ -129,10 +129,10 @@ struct learn {
   bool parallel;
   uint64_t min;
   enum learn_state state;
-  struct samples table[TUNE_DIRS][SIZE_CLASSES];
+  struct samples table[LEARN_DIRS][SIZE_CLASSES];
   struct ladder ladder;
-  struct tune_learnt learnt;            /* valid from LEARN_KNOWN */
-  struct tune_sizes sizes;
+  struct learnt learnt;            /* valid from LEARN_KNOWN */
+  struct learn_sizes sizes;
   char why[200];                        /* what was learnt, and why */
   char note[200];                       /* the last rung's judgment */
 };
@@ -140,11 +140,11 @@ struct learn {
 /* Forget what was learnt and measured. */
 extern void learn_forget (struct learn *l);
 /* A plugin call of bytes took ns. */
-extern void learn_record (struct learn *l, enum tune_dir d, uint64_t bytes,
+extern void learn_record (struct learn *l, enum learn_dir d, uint64_t bytes,
                           uint64_t ns);
 /* How a stream's read of count bytes that missed the cache, with
  * in_flight of its connection's reads in the filter at its start
- * (itself included), is served (see struct tune_fetch), with blocks
+ * (itself included), is served (see struct learn_fetch), with blocks
  * of at most cap bytes.
  * Once learnt, a read gets grains only where they pay: a plugin that
  * is fast, flat no further than the read, or takes requests in
@@ -153,15 +153,15 @@ extern void learn_record (struct learn *l, enum tune_dir d, uint64_t bytes,
  * gets the read as it is.
  */
 extern void learn_fetch (struct learn *l, uint32_t count, unsigned in_flight,
-                         uint64_t cap, struct tune_fetch *f);
+                         uint64_t cap, struct learn_fetch *f);
 /* A sample handed out by learn_fetch took ns (0: lost).  True if what
  * is learnt changed (published, or learnt anew); then why says what.
  * note holds the rung's judgment, if one was made (else "").
  */
-extern bool learn_sample (struct learn *l, const struct tune_fetch *f,
+extern bool learn_sample (struct learn *l, const struct learn_fetch *f,
                           uint64_t ns);
 /* Take l as learnt, as a profile kept it (if nothing is yet). */
-extern bool learn_teach (struct learn *l, const struct tune_learnt *t);
+extern bool learn_teach (struct learn *l, const struct learnt *t);
 /* The model requests are cut by: 1 with *m set; 0 if nothing is
  * learnt yet; -1 if the plugin was learnt to have no latency.
  */

@@ -62,7 +62,7 @@ struct entry {
   uint64_t stack;
   char name[NBD_NAME_MAX + 1];
   struct geometry geo;
-  struct tune_learnt l;
+  struct learnt l;
 };
 
 struct entries {
@@ -131,7 +131,7 @@ parse_entry (const char *line, struct entry *e)
 {
   char hex[2 * NBD_NAME_MAX + 2];
   int fast, queued, end = -1;
-  struct tune_learnt *l = &e->l;
+  struct learnt *l = &e->l;
 
   if (sscanf (line, "entry %" SCNx64 " %8193s size %" SCNu64 " min %"
               SCNu32 " max %" SCNu32 " fast %d queued %d grain %" SCNu32

@@ -84,7 +84,7 @@ pwrite_below (const struct io *io, const void *buf, uint32_t count,
 }
 
 static bool
-fill_ok (const struct io *io, uint64_t lo, uint64_t hi)
+flush_staged (const struct io *io, uint64_t lo, uint64_t hi)
 {
   struct handle *h = io->conn;
 
@@ -99,7 +99,8 @@ io_init (struct io *io, nbdkit_next *next, struct handle *h)
   *io = (struct io) { .next = next, .geo = &h->geo, .split = &h->split,
                       .tune = reshape_cfg.size ? NULL : h->exp->tune,
                       .cut = h->exp->cut, .pread_below = pread_below,
-                      .pwrite_below = pwrite_below, .fill_ok = fill_ok,
+                      .pwrite_below = pwrite_below,
+                      .flush_staged = flush_staged,
                       .conn = h };
 }
 
@@ -272,7 +273,7 @@ static int
 reshape_prepare (nbdkit_next *next, void *handle, int readonly)
 {
   struct handle *h = handle;
-  struct tune_sizes learnt = { 0 };
+  struct learn_sizes learnt = { 0 };
   uint32_t ppref;
 
   h->multi_conn = next->can_multi_conn (next) == 1;
@@ -471,7 +472,7 @@ reshape_cache (nbdkit_next *next, void *handle, uint32_t count,
       return 0;
     return split_cache (&io, count, offset, flags, err);
   }
-  stream_cache (h->cache, &io, count, offset);
+  stream_prefetch (h->cache, &io, count, offset);
   return 0;
 }
 

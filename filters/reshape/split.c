@@ -59,7 +59,7 @@ static struct rangelock locks = {
 };
 
 /* One request being cut into pieces: what each piece needs. */
-struct job {
+struct op {
   const struct io *io;
   uint64_t offset;            /* where the client request starts */
   char *rbuf;                 /* pread */
@@ -71,7 +71,7 @@ struct job {
   bool own;                   /* the filter's own read, no client's */
 };
 
-typedef int (*piece_fn) (const struct job *o, const struct piece *p,
+typedef int (*piece_fn) (const struct op *o, const struct piece *p,
                          int *err);
 
 /* Read the whole block of partial piece p into a bounce buffer. */
@@ -143,7 +143,7 @@ rmw_write (const struct io *io, const struct piece *p, const void *src,
 
 /* One piece, under its block-range lock for writes (see the top). */
 static int
-run_piece (const struct job *o, const struct piece *p, piece_fn fn, int *err)
+run_piece (const struct op *o, const struct piece *p, piece_fn fn, int *err)
 {
   struct rangelock_entry e;
   int r;
@@ -164,7 +164,7 @@ run_piece (const struct job *o, const struct piece *p, piece_fn fn, int *err)
 struct shared_walk {
   pthread_mutex_t lock;
   struct walk w;
-  const struct job *o;
+  const struct op *o;
   piece_fn fn;
   unsigned n;                 /* pieces handed out */
   int err;                    /* first error, 0 if none */
@@ -210,7 +210,7 @@ work_on (void *opaque)
       }
     }
     else if (sw->o->timed && !p.partial)
-      tune_record (sw->o->io->tune, sw->o->write ? TUNE_WRITE : TUNE_READ,
+      tune_record (sw->o->io->tune, sw->o->write ? LEARN_WRITE : LEARN_READ,
                    p.count, now_ns () - start);
     busy += now_ns () - start;
   }
@@ -252,7 +252,7 @@ helpers_for (uint64_t count, uint32_t step)
  * and reads slowly.
  */
 static bool
-worth_helpers (const struct job *o)
+worth_helpers (const struct op *o)
 {
   uint64_t ns = __atomic_load_n (&o->io->split->piece_ns[o->write],
                                  __ATOMIC_RELAXED);
@@ -281,7 +281,7 @@ report_helper_error (const struct shared_walk *sw)
  * started); this returns only when every piece started has finished.
  */
 static int
-run_pieces (const struct job *o, uint64_t offset, uint64_t count,
+run_pieces (const struct op *o, uint64_t offset, uint64_t count,
             uint32_t step, piece_fn fn, int *err)
 {
   struct shared_walk sw = { .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -350,7 +350,7 @@ split_flush (nbdkit_next *next, uint32_t flags, int *err)
 
 /* A write-like request: walk with locks, then the FUA flush. */
 static int
-run_write (struct job *o, uint32_t count, uint32_t step, piece_fn fn,
+run_write (struct op *o, uint32_t count, uint32_t step, piece_fn fn,
            int *err)
 {
   bool flush_after;
@@ -365,7 +365,7 @@ run_write (struct job *o, uint32_t count, uint32_t step, piece_fn fn,
 }
 
 static int
-pread_piece (const struct job *o, const struct piece *p, int *err)
+pread_piece (const struct op *o, const struct piece *p, int *err)
 {
   char *dst = o->rbuf + (p->offset - o->offset);
 
@@ -380,7 +380,7 @@ pread_piece (const struct job *o, const struct piece *p, int *err)
  * all.  data_done must follow.
  */
 static uint32_t
-data_step (struct job *o, uint64_t count, struct cut_choice *c)
+data_step (struct op *o, uint64_t count, struct cut_choice *c)
 {
   uint32_t step;
 
@@ -396,17 +396,17 @@ data_step (struct job *o, uint64_t count, struct cut_choice *c)
     return cut < count ? cut : UINT32_MAX;
   }
   step = cut_begin (o->io->cut, o->io->tune,
-                    o->write ? TUNE_WRITE : TUNE_READ,
+                    o->write ? LEARN_WRITE : LEARN_READ,
                     count, o->io->geo->max, c);
   return step < count ? step : UINT32_MAX;    /* whole: up to the max */
 }
 
 /* A request that succeeded teaches cut.c what its cut cost. */
 static int
-data_done (const struct job *o, const struct cut_choice *c, int r)
+data_done (const struct op *o, const struct cut_choice *c, int r)
 {
   if (c->cls >= 0)
-    cut_end (o->io->cut, o->write ? TUNE_WRITE : TUNE_READ, c, r == 0);
+    cut_end (o->io->cut, o->write ? LEARN_WRITE : LEARN_READ, c, r == 0);
   return r;
 }
 
@@ -421,7 +421,7 @@ int
 split_pread_as (const struct io *io, void *buf, uint32_t count,
                 uint64_t offset, bool own, int *err)
 {
-  struct job o = { .io = io, .offset = offset, .rbuf = buf, .own = own,
+  struct op o = { .io = io, .offset = offset, .rbuf = buf, .own = own,
                   .cap = io->geo->max };
   struct cut_choice c;
   uint32_t step = data_step (&o, count, &c);
@@ -431,7 +431,7 @@ split_pread_as (const struct io *io, void *buf, uint32_t count,
 }
 
 static int
-pwrite_piece (const struct job *o, const struct piece *p, int *err)
+pwrite_piece (const struct op *o, const struct piece *p, int *err)
 {
   const char *src = o->wbuf + (p->offset - o->offset);
 
@@ -446,7 +446,7 @@ int
 split_pwrite (const struct io *io, const void *buf, uint32_t count,
               uint64_t offset, uint32_t flags, int *err)
 {
-  struct job o = { .io = io, .offset = offset, .wbuf = buf, .flags = flags,
+  struct op o = { .io = io, .offset = offset, .wbuf = buf, .flags = flags,
                   .cap = io->geo->max, .write = true };
   struct cut_choice c;
   uint32_t step = data_step (&o, count, &c);
@@ -458,7 +458,7 @@ split_pwrite (const struct io *io, const void *buf, uint32_t count,
  * FAST_ZERO mean nothing to a pwrite, only FUA is kept.
  */
 static int
-zero_piece (const struct job *o, const struct piece *p, int *err)
+zero_piece (const struct op *o, const struct piece *p, int *err)
 {
   if (p->partial)
     return rmw_write (o->io, p, NULL, o->flags & NBDKIT_FLAG_FUA, err);
@@ -471,7 +471,7 @@ int
 split_zero (const struct io *io, uint32_t count, uint64_t offset,
             uint32_t flags, int *err)
 {
-  struct job o = { .io = io, .offset = offset, .flags = flags,
+  struct op o = { .io = io, .offset = offset, .flags = flags,
                   .cap = io->geo->maxlen };
 
   /* A fast zero must not fall back to writing: partial blocks would. */
@@ -486,7 +486,7 @@ split_zero (const struct io *io, uint32_t count, uint64_t offset,
 
 /* Trim is advisory; partial blocks are simply left as they are. */
 static int
-trim_piece (const struct job *o, const struct piece *p, int *err)
+trim_piece (const struct op *o, const struct piece *p, int *err)
 {
   if (p->partial)
     return 0;
@@ -499,14 +499,14 @@ int
 split_trim (const struct io *io, uint32_t count, uint64_t offset,
             uint32_t flags, int *err)
 {
-  struct job o = { .io = io, .offset = offset, .flags = flags,
+  struct op o = { .io = io, .offset = offset, .flags = flags,
                   .cap = io->geo->maxlen };
 
   return run_write (&o, count, UINT32_MAX, trim_piece, err);
 }
 
 static int
-cache_piece (const struct job *o, const struct piece *p, int *err)
+cache_piece (const struct op *o, const struct piece *p, int *err)
 {
   stats_plugin (OP_CACHE, p->count);
   return o->io->next->cache (o->io->next, p->count, p->offset, o->flags,
@@ -521,7 +521,7 @@ int
 split_cache (const struct io *io, uint32_t count, uint64_t offset,
              uint32_t flags, int *err)
 {
-  struct job o = { .io = io, .offset = offset, .flags = flags };
+  struct op o = { .io = io, .offset = offset, .flags = flags };
   struct walk w;
   struct piece p;
   uint64_t start, end;

@@ -285,7 +285,7 @@ fill_begin (struct cache *cache, struct cache_fill *f, uint64_t lo,
 static char *
 fill_buffer (const struct io *io, const struct cache_fill *f)
 {
-  if (!io->fill_ok (io, f->lo, f->hi))
+  if (!io->flush_staged (io, f->lo, f->hi))
     return NULL;
   return pool_get (POOL_REQUEST, f->hi - f->lo);
 }
@@ -394,13 +394,13 @@ window_read (struct stream *s, struct cache *cache, const struct io *io,
  */
 static void
 learnt_fetch (const struct io *io, uint32_t count, unsigned in_flight,
-              struct tune_fetch *tf)
+              struct learn_fetch *tf)
 {
   const struct geometry *geo = io->geo;
   const uint64_t cap = MIN (MIN (pool_largest (POOL_REQUEST),
                                  geo->max), geo->exportsize);
 
-  *tf = (struct tune_fetch) { .size = 0 };
+  *tf = (struct learn_fetch) { .size = 0 };
   if (io->tune == NULL)
     return;
   tune_stream_fetch (io->tune, count, in_flight, cap, tf);
@@ -553,7 +553,7 @@ block_read (struct stream *s, struct cache *cache, const struct io *io,
  */
 static int
 block_alone (struct stream *s, struct cache *cache, const struct io *io,
-             const struct tune_fetch *tf, const struct read_req *rq, int *err)
+             const struct learn_fetch *tf, const struct read_req *rq, int *err)
 {
   struct cache_fill f;
   uint64_t took = 0;
@@ -576,7 +576,7 @@ block_alone (struct stream *s, struct cache *cache, const struct io *io,
  */
 static int
 grains_read (struct stream *s, struct cache *cache, const struct io *io,
-             const struct tune_fetch *tf, const struct read_req *rq, int *err)
+             const struct learn_fetch *tf, const struct read_req *rq, int *err)
 {
   struct cache_fill f;
 
@@ -624,7 +624,7 @@ static int
 read_missed (struct stream *s, struct cache *cache, const struct io *io,
              const struct seen *v, const struct read_req *rq, int *err)
 {
-  struct tune_fetch tf = { .size = 0 };
+  struct learn_fetch tf = { .size = 0 };
   uint64_t start, took = 0;
   int r;
 
@@ -695,7 +695,7 @@ stream_fetch_ahead (struct stream *s, struct cache *cache, const struct io *io,
 }
 
 void
-stream_cache (struct cache *cache, const struct io *io, uint32_t count,
+stream_prefetch (struct cache *cache, const struct io *io, uint32_t count,
               uint64_t offset)
 {
   const struct geometry *geo = io->geo;

@@ -67,7 +67,7 @@ extern void stream_fetch_ahead (struct stream *s, struct cache *cache,
  * the cache, in windows, as far as the budget allows.  It is advice:
  * what is not read, or fails, costs the client nothing.
  */
-extern void stream_cache (struct cache *cache, const struct io *io,
+extern void stream_prefetch (struct cache *cache, const struct io *io,
                           uint32_t count, uint64_t offset);
 
 #endif /* NBDKIT_RESHAPE_STREAM_H */

@@ -139,7 +139,7 @@ tune_connect (struct tune *t, const struct geometry *geo)
 
 bool
 tune_get_learnt (struct tune *t, struct geometry *geo,
-                 struct tune_learnt *l)
+                 struct learnt *l)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
@@ -151,7 +151,7 @@ tune_get_learnt (struct tune *t, struct geometry *geo,
 }
 
 void
-tune_teach (struct tune *t, const struct tune_learnt *l)
+tune_teach (struct tune *t, const struct learnt *l)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
@@ -173,7 +173,7 @@ tune_grain (struct tune *t)
 }
 
 void
-tune_get_sizes (struct tune *t, struct tune_sizes *s)
+tune_get_sizes (struct tune *t, struct learn_sizes *s)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
@@ -189,7 +189,7 @@ tune_model (struct tune *t, struct cut_model *m)
 }
 
 void
-tune_record (struct tune *t, enum tune_dir d, uint64_t bytes, uint64_t ns)
+tune_record (struct tune *t, enum learn_dir d, uint64_t bytes, uint64_t ns)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
@@ -199,7 +199,7 @@ tune_record (struct tune *t, enum tune_dir d, uint64_t bytes, uint64_t ns)
 
 void
 tune_stream_fetch (struct tune *t, uint32_t count, unsigned in_flight,
-                   uint64_t cap, struct tune_fetch *f)
+                   uint64_t cap, struct learn_fetch *f)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
 
@@ -208,7 +208,7 @@ tune_stream_fetch (struct tune *t, uint32_t count, unsigned in_flight,
 }
 
 void
-tune_sample_done (struct tune *t, const struct tune_fetch *f, uint64_t ns)
+tune_sample_done (struct tune *t, const struct learn_fetch *f, uint64_t ns)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
   bool changed;
@@ -262,7 +262,7 @@ static void
 tables_one (struct tune *t, void *fpv)
 {
   FILE *fp = fpv;
-  static const char *const dirs[TUNE_DIRS] = { "reads", "writes" };
+  static const char *const dirs[LEARN_DIRS] = { "reads", "writes" };
   char b1[32], b2[32];
   unsigned d, c;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
@@ -281,7 +281,7 @@ tables_one (struct tune *t, void *fpv)
              "reads)\n");
   fprintf (fp, "  %-8s %8s %10s %10s %10s\n", "", "size", "calls",
            "mean ms", "per s");
-  for (d = 0; d < TUNE_DIRS; d++)
+  for (d = 0; d < LEARN_DIRS; d++)
     for (c = 0; c < SIZE_CLASSES; c++) {
       const struct samples *s = &t->learn.table[d][c];
       if (s->calls == 0)
@@ -311,7 +311,7 @@ json_one (struct tune *t, void *opaque)
 {
   struct json_out *o = opaque;
   FILE *fp = o->fp;
-  static const char *const dirs[TUNE_DIRS] = { "read", "write" };
+  static const char *const dirs[LEARN_DIRS] = { "read", "write" };
   const char *sep = "";
   unsigned d, c;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
@@ -329,7 +329,7 @@ json_one (struct tune *t, void *opaque)
            ",\n     \"calls\": [", t->learn.sizes.preferred,
            t->learn.sizes.grain, t->learn.sizes.unit,
            learn_known (&t->learn) ? 0 : t->learn.ladder.rung);
-  for (d = 0; d < TUNE_DIRS; d++)
+  for (d = 0; d < LEARN_DIRS; d++)
     for (c = 0; c < SIZE_CLASSES; c++) {
       const struct samples *s = &t->learn.table[d][c];
       if (s->calls == 0)

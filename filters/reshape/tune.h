@@ -49,12 +49,12 @@ extern void tune_connect (struct tune *t, const struct geometry *geo);
  * what a profile kept, taken as learnt if nothing is yet.
  */
 extern bool tune_get_learnt (struct tune *t, struct geometry *geo,
-                             struct tune_learnt *l);
-extern void tune_teach (struct tune *t, const struct tune_learnt *l);
+                             struct learnt *l);
+extern void tune_teach (struct tune *t, const struct learnt *l);
 /* Bumped whenever what is learnt changes (a profile saves then). */
 extern unsigned tune_generation (void);
 
-extern void tune_get_sizes (struct tune *t, struct tune_sizes *s);
+extern void tune_get_sizes (struct tune *t, struct learn_sizes *s);
 /* Learnt to have no latency: nothing the filter could read ahead,
  * fetch or cut for it pays, nor timing its calls.  Without a lock,
  * like tune_grain: every request asks.
@@ -69,14 +69,14 @@ extern uint32_t tune_grain (struct tune *t);
 extern int tune_model (struct tune *t, struct cut_model *m);
 
 /* A plugin call of bytes took ns (split.c times every whole piece). */
-extern void tune_record (struct tune *t, enum tune_dir d, uint64_t bytes,
+extern void tune_record (struct tune *t, enum learn_dir d, uint64_t bytes,
                          uint64_t ns);
 
 /* learn_fetch and learn_sample (learn.h), for the export. */
 extern void tune_stream_fetch (struct tune *t, uint32_t count,
                                unsigned in_flight, uint64_t cap,
-                               struct tune_fetch *f);
-extern void tune_sample_done (struct tune *t, const struct tune_fetch *f,
+                               struct learn_fetch *f);
+extern void tune_sample_done (struct tune *t, const struct learn_fetch *f,
                               uint64_t ns);
 
 /* The statistics report's part on what was learnt of every export
