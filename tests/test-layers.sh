@@ -11,7 +11,7 @@
 #      clock; the numbers                                } nbdkit
 #   1  walk rangelock ranges learn files warn exitcode   }
 #   2  stats params io
-#   3  pool workers sockbuf tune
+#   3  pool helpers sockbuf tune
 #   4  cut profile
 #   5  split cache
 #   6  stream writeback
@@ -24,7 +24,7 @@ layers="
 0 common tunables
 1 walk rangelock ranges learn files warn exitcode
 2 stats params io
-3 pool workers sockbuf tune
+3 pool helpers sockbuf tune
 4 cut profile
 5 split cache
 6 stream writeback

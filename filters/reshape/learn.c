@@ -130,7 +130,7 @@ choose_sizes (struct learn *l)
 
 /* Learnt: from now on, connections are told l->sizes. */
 static void
-publish (struct learn *l, const struct learnt *lt)
+adopt (struct learn *l, const struct learnt *lt)
 {
   l->learnt = *lt;
   l->state = LEARN_KNOWN;
@@ -142,7 +142,7 @@ learn_teach (struct learn *l, const struct learnt *lt)
 {
   if (learn_known (l))
     return false;
-  publish (l, lt);
+  adopt (l, lt);
   return true;
 }
 
@@ -325,7 +325,7 @@ ladder_done (struct learn *l, double base)
   }
   else if (ladder->knee)
     lt.lat_ns = ladder->knee_base_ns;
-  publish (l, &lt);
+  adopt (l, &lt);
   return true;
 }
 
@@ -384,7 +384,7 @@ judge_rung (struct learn *l)
   if (fastest == 0)
     fastest = p.base;
   if (fastest < PLUGIN_SLOW_NS) {
-    publish (l, &(struct learnt) { .fast = true, .flat_ns = fastest });
+    adopt (l, &(struct learnt) { .fast = true, .flat_ns = fastest });
     return true;
   }
   line = knee (l);

@@ -48,7 +48,7 @@
 #include "stream.h"
 #include "tunables.h"
 #include "tune.h"
-#include "workers.h"
+#include "helpers.h"
 #include "warn.h"
 #include "writeback.h"
 
@@ -182,7 +182,7 @@ reshape_after_fork (nbdkit_backend *nxdata)
 {
   if (!reshape_cfg.parallel_ok || reshape_cfg.parallel <= 1)
     return 0;
-  return workers_start (reshape_cfg.parallel - 1);
+  return helpers_start (reshape_cfg.parallel - 1);
 }
 
 /* nbdkit runs .cleanup, filter first, once every connection has
@@ -192,7 +192,7 @@ static void
 reshape_cleanup (nbdkit_backend *nxdata)
 {
   lost_writes = writeback_shutdown ();
-  workers_stop ();
+  helpers_stop ();
 }
 
 /* reshape-writeback=true under -r: said once. */

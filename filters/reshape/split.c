@@ -45,7 +45,7 @@
 #include "split.h"
 #include "stats.h"
 #include "walk.h"
-#include "workers.h"
+#include "helpers.h"
 
 /* -D reshape.split=1: each piece; -D reshape.rmw=1: each
  * read-modify-write.
@@ -294,7 +294,7 @@ run_pieces (const struct op *o, uint64_t offset, uint64_t count,
     helpers_for (count, sw.w.step) : 0;
   if (helpers) {
     stats_add (o->write ? C_PARALLEL_WRITES : C_PARALLEL_READS, 1);
-    workers_share (work_on, &sw, helpers);
+    helpers_share (work_on, &sw, helpers);
   }
   else
     work_on (&sw);

@@ -6,20 +6,20 @@
  * same time.
  */
 
-#ifndef NBDKIT_RESHAPE_WORKERS_H
-#define NBDKIT_RESHAPE_WORKERS_H
+#ifndef NBDKIT_RESHAPE_HELPERS_H
+#define NBDKIT_RESHAPE_HELPERS_H
 
 /* Start n helpers (after nbdkit forks); -1 with the error reported. */
-extern int workers_start (unsigned n);
+extern int helpers_start (unsigned n);
 /* Stop them (at cleanup, when no connection is left). */
-extern void workers_stop (void);
+extern void helpers_stop (void);
 
 /* Run fn (opaque) in this thread, and in up to helpers helper threads
  * as they come free; returns when every run has returned.  fn must
  * take its work from opaque until none is left, so that it does not
  * matter how many threads join.
  */
-extern void workers_share (void (*fn) (void *), void *opaque,
+extern void helpers_share (void (*fn) (void *), void *opaque,
                            unsigned helpers);
 
-#endif /* NBDKIT_RESHAPE_WORKERS_H */
+#endif /* NBDKIT_RESHAPE_HELPERS_H */

@@ -22,7 +22,7 @@
 
 #include "common.h"
 #include "params.h"
-#include "workers.h"
+#include "helpers.h"
 
 /* The requesting thread works too: one fewer than the fan-out. */
 enum { MAX_HELPERS = PARALLEL_MAX - 1 };
@@ -49,48 +49,48 @@ static struct {
   pthread_t threads[MAX_HELPERS];
   unsigned nr_threads;
   bool stopping;
-} crew = {
+} team = {
   .lock = PTHREAD_MUTEX_INITIALIZER,
   .work_ready = PTHREAD_COND_INITIALIZER,
   .work_done = PTHREAD_COND_INITIALIZER,
-  .tail = &crew.head,
+  .tail = &team.head,
 };
 
 static void *
 helper (void *arg)
 {
-  pthread_mutex_lock (&crew.lock);       /* dropped around each job */
+  pthread_mutex_lock (&team.lock);       /* dropped around each job */
   for (;;) {
-    struct job *j = crew.head;
+    struct job *j = team.head;
     if (j == NULL) {
-      if (crew.stopping)
+      if (team.stopping)
         break;
-      pthread_cond_wait (&crew.work_ready, &crew.lock);
+      pthread_cond_wait (&team.work_ready, &team.lock);
       continue;
     }
-    crew.head = j->next;
-    if (crew.head == NULL)
-      crew.tail = &crew.head;
-    pthread_mutex_unlock (&crew.lock);
+    team.head = j->next;
+    if (team.head == NULL)
+      team.tail = &team.head;
+    pthread_mutex_unlock (&team.lock);
     j->fn (j->opaque);
-    pthread_mutex_lock (&crew.lock);
+    pthread_mutex_lock (&team.lock);
     j->share->running--;
-    pthread_cond_broadcast (&crew.work_done);
+    pthread_cond_broadcast (&team.work_done);
   }
-  pthread_mutex_unlock (&crew.lock);
+  pthread_mutex_unlock (&team.lock);
   return NULL;
 }
 
 int
-workers_start (unsigned n)
+helpers_start (unsigned n)
 {
   int err;
 
   if (n > MAX_HELPERS)
     n = MAX_HELPERS;
-  crew.stopping = false;
-  for (crew.nr_threads = 0; crew.nr_threads < n; crew.nr_threads++) {
-    err = pthread_create (&crew.threads[crew.nr_threads], NULL, helper, NULL);
+  team.stopping = false;
+  for (team.nr_threads = 0; team.nr_threads < n; team.nr_threads++) {
+    err = pthread_create (&team.threads[team.nr_threads], NULL, helper, NULL);
     if (err) {
       errno = err;
       nbdkit_error ("reshape: starting helper thread: %m");
@@ -102,18 +102,18 @@ workers_start (unsigned n)
 
 /* Called with no connection left, so nothing new is queued. */
 void
-workers_stop (void)
+helpers_stop (void)
 {
   unsigned i;
 
   {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&crew.lock);
-    crew.stopping = true;
-    pthread_cond_broadcast (&crew.work_ready);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&team.lock);
+    team.stopping = true;
+    pthread_cond_broadcast (&team.work_ready);
   }
-  for (i = 0; i < crew.nr_threads; i++)
-    pthread_join (crew.threads[i], NULL);
-  crew.nr_threads = 0;
+  for (i = 0; i < team.nr_threads; i++)
+    pthread_join (team.threads[i], NULL);
+  team.nr_threads = 0;
 }
 
 /* Remove the jobs of share s that no helper has started yet.  Lock
@@ -122,47 +122,47 @@ workers_stop (void)
 static void
 withdraw (struct share *s)
 {
-  struct job **pp = &crew.head;
+  struct job **pp = &team.head;
 
-  crew.tail = &crew.head;
+  team.tail = &team.head;
   while (*pp) {
     if ((*pp)->share == s) {
       *pp = (*pp)->next;
       s->running--;
     }
     else {
-      crew.tail = &(*pp)->next;
+      team.tail = &(*pp)->next;
       pp = &(*pp)->next;
     }
   }
 }
 
 void
-workers_share (void (*fn) (void *), void *opaque, unsigned helpers)
+helpers_share (void (*fn) (void *), void *opaque, unsigned helpers)
 {
   struct job jobs[MAX_HELPERS];
   struct share s = { .running = 0 };
   unsigned i;
 
   {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&crew.lock);
-    if (helpers > crew.nr_threads)
-      helpers = crew.nr_threads;
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&team.lock);
+    if (helpers > team.nr_threads)
+      helpers = team.nr_threads;
     for (i = 0; i < helpers; i++) {
       jobs[i] = (struct job) { .share = &s, .fn = fn, .opaque = opaque };
-      *crew.tail = &jobs[i];
-      crew.tail = &jobs[i].next;
+      *team.tail = &jobs[i];
+      team.tail = &jobs[i].next;
       jobs[i].next = NULL;
       s.running++;
     }
     if (helpers)
-      pthread_cond_broadcast (&crew.work_ready);
+      pthread_cond_broadcast (&team.work_ready);
   }
 
   fn (opaque);                    /* our own share of the work */
 
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&crew.lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&team.lock);
   withdraw (&s);
   while (s.running > 0)
-    pthread_cond_wait (&crew.work_done, &crew.lock);
+    pthread_cond_wait (&team.work_done, &team.lock);
 }
