@@ -152,24 +152,20 @@ static const struct {
   unsigned why;
 } known[] = {
   { "lat1", "nbdcopy4k", 1.02, 1.45, R_GUESS },
-  { "lat1", "convert-to", 1.02, 1.71, R_WRITES },
+  { "lat1", "convert-to", 1.02, 1.30, R_WRITES },
   { "lat1", "naive", 1.02, 1.51, R_RUNGS },
   { "objstore", "nbdcopy4k", 1.02, 1.38, R_GUESS },
   { "objstore", "convert-from", 1.02, 1.45, R_CUT },
-  { "objstore", "convert-to", 1.02, 1.48, R_WRITES },
   { "objstore", "naive", 1.02, 1.37, R_RUNGS },
   { "par15", "nbdcopy4k", 1.02, 1.33, R_GUESS },
   { "par15", "convert-from", 1.02, 1.40, R_CUT },
-  { "par15", "convert-to", 1.02, 1.44, R_WRITES },
   { "par15", "naive", 1.02, 1.31, R_RUNGS },
   { "http8", "nbdcopy4k", 1.02, 1.33, R_GUESS },
   { "http8", "convert-from", 1.02, 1.46, R_CUT },
-  { "http8", "convert-to", 1.02, 1.51, R_WRITES },
   { "http8", "naive", 1.02, 1.38, R_RUNGS },
   { "slow", "nbdcopy4k", 1.02, 1.26, R_GUESS },
   { "slow", "convert-from", 1.02, 1.28, R_CUT },
-  { "slow", "convert-to", 1.02, 2.04, R_WRITES },
-  { "disk", "convert-to", 1.02, 1.45, R_WRITES },
+  { "slow", "convert-to", 1.02, 1.87, R_WRITES },
   { "disk", "qcow2http", 1.58, 1.58, R_FAST | R_GRAIN },
   { "disk", "naive", 1.02, 1.32, R_RUNGS },
   { "clu64k", "naive", 1.02, 1.51, R_RUNGS },
@@ -179,7 +175,6 @@ static const struct {
   { "serial20", "convert-to", 1.02, 1.71, R_WRITES },
   { "serial20", "qcow2http", 1.02, 1.94, R_GRAIN },
   { "lanes4", "nbdcopy", 1.02, 1.74, R_GUESS },
-  { "lanes4", "convert-to", 1.02, 1.34, R_WRITES },
   { .shape = NULL }
 };
 

@@ -11,9 +11,10 @@
  * it promises to be at least 25% faster, it is tried.  Before that,
  * a request large enough for every lane to get a piece of at least
  * PIECE_MIN is tried cut into one piece per lane: the measurement
- * alone decides.  Writes are tried so from UNLEARNT_WRITE_MIN (a
- * client that only writes teaches the model nothing), reads from
- * UNLEARNT_MIN (a read's stream teaches it soon enough).  Nothing is
+ * alone decides.  Writes are cut so from UNLEARNT_WRITE_MIN, in pieces
+ * of WRITE_PIECE_MIN or more, and whole is what is tried (a client
+ * that only writes teaches the model nothing); reads are tried cut
+ * from UNLEARNT_MIN (a read's stream teaches it soon enough).  Nothing is
  * tried over a plugin that serializes requests (one lane) or one
  * learnt to have no latency.
  *
@@ -142,7 +143,8 @@ proposal (struct cut *choices, struct tune *t, enum learn_dir d,
     if (l <= 1 ||
         count < (d == LEARN_WRITE ? UNLEARNT_WRITE_MIN : UNLEARNT_MIN))
       return count;
-    piece = MAX (pow2_floor (count / l), PIECE_MIN);
+    piece = MAX (pow2_floor (count / l),
+                 d == LEARN_WRITE ? WRITE_PIECE_MIN : PIECE_MIN);
     *gain = 0;
     return piece < count ? MIN (piece, max) : count;
   default:                              /* no latency: nothing pays */
@@ -166,18 +168,25 @@ cut_own (struct cut *choices, struct tune *t, uint64_t count, uint32_t max)
   return gain >= CUT_GAIN ? cut : MIN (count, max);
 }
 
-/* A new bandit: eager to try cutting if the model promises much. */
+/* A new bandit: eager to try cutting if the model promises much.
+ * Writes with no model start cut: a client that only writes (qemu-img
+ * convert to an export, one 2M write at a time) teaches the model
+ * nothing, and cut in parallel is the faster way over every parallel
+ * plugin with latency; whole is then tried every few writes.
+ */
 static void
 bandit_start (struct bandit *b, enum learn_dir d, double gain,
               uint64_t count, uint64_t cut)
 {
-  *b = (struct bandit) { .used = true, .cut = false,
+  *b = (struct bandit) { .used = true,
+                         .cut = d == LEARN_WRITE && gain == 0,
                          .every = d == LEARN_READ && gain >= BIG_GAIN ?
                                   EXPLORE_EAGER : EXPLORE_FIRST };
   if (reshape_debug_tune)
-    nbdkit_debug ("reshape: tune: %s of %" PRIu64 "K: whole (cut at %"
+    nbdkit_debug ("reshape: tune: %s of %" PRIu64 "K: %s (cut at %"
                   PRIu64 "K to be measured; the model: %.2fx)",
-                  dir_name (d), count / 1024, cut / 1024, gain);
+                  dir_name (d), count / 1024, b->cut ? "cut" : "whole",
+                  cut / 1024, gain);
 }
 
 uint32_t
