@@ -11,10 +11,12 @@
  * it promises to be at least 25% faster, it is tried.  Before that,
  * a request large enough for every lane to get a piece of at least
  * PIECE_MIN is tried cut into one piece per lane: the measurement
- * alone decides.  Writes are cut so from UNLEARNT_WRITE_MIN, in pieces
- * of WRITE_PIECE_MIN or more, and whole is what is tried (a client
- * that only writes teaches the model nothing); reads are tried cut
- * from UNLEARNT_MIN (a read's stream teaches it soon enough).  Nothing is
+ * alone decides.  Writes from UNLEARNT_WRITE_MIN are cut so, in pieces
+ * of WRITE_PIECE_MIN or more, once the fastest of the first
+ * MIN_SAMPLES, sent whole, took more than SLOW_WRITE_NS_PER_BYTE (a
+ * client that only writes teaches
+ * the model nothing), and whole is then what is tried; reads are tried
+ * cut from UNLEARNT_MIN (a read's stream teaches it soon enough).  Nothing is
  * tried over a plugin that serializes requests (one lane) or one
  * learnt to have no latency.
  *
@@ -50,6 +52,8 @@ struct bandit {
   bool cut;                             /* the current choice */
   double ns_per_byte[2];                /* EWMA, [0] whole, [1] cut */
   unsigned samples[2];
+  bool judge_first;                     /* writes, no model: see start */
+  double fastest_whole;                 /* ... of the first few */
   unsigned since;                       /* requests since exploring */
   unsigned every;                       /* explore every so many */
 };
@@ -169,23 +173,26 @@ cut_own (struct cut *choices, struct tune *t, uint64_t count, uint32_t max)
 }
 
 /* A new bandit: eager to try cutting if the model promises much.
- * Writes with no model start cut: a client that only writes (qemu-img
- * convert to an export, one 2M write at a time) teaches the model
- * nothing, and cut in parallel is the faster way over every parallel
- * plugin with latency; whole is then tried every few writes.
+ * Writes with no model are judged by the fastest of the first few,
+ * sent whole (the first pays for cold caches): a
+ * client that only writes (qemu-img convert to an export, one 2M
+ * write at a time) teaches the model nothing, and over a plugin with
+ * latency cut in parallel is the faster way, while over one without
+ * (memory, a local file) the pieces only cost.
  */
 static void
 bandit_start (struct bandit *b, enum learn_dir d, double gain,
               uint64_t count, uint64_t cut)
 {
-  *b = (struct bandit) { .used = true,
-                         .cut = d == LEARN_WRITE && gain == 0,
+  *b = (struct bandit) { .used = true, .cut = false,
+                         .judge_first = d == LEARN_WRITE && gain == 0,
                          .every = d == LEARN_READ && gain >= BIG_GAIN ?
                                   EXPLORE_EAGER : EXPLORE_FIRST };
   if (reshape_debug_tune)
     nbdkit_debug ("reshape: tune: %s of %" PRIu64 "K: %s (cut at %"
                   PRIu64 "K to be measured; the model: %.2fx)",
-                  dir_name (d), count / 1024, b->cut ? "cut" : "whole",
+                  dir_name (d), count / 1024,
+                  b->judge_first ? "whole, then judged" : "whole",
                   cut / 1024, gain);
 }
 
@@ -231,6 +238,15 @@ bandit_learn (struct bandit *b, enum learn_dir d, unsigned cls, int o,
   b->ns_per_byte[o] = b->samples[o] ?
     (1 - COST_WEIGHT) * b->ns_per_byte[o] + COST_WEIGHT * npb : npb;
   b->samples[o]++;
+  if (b->judge_first && o == 0) {       /* see bandit_start */
+    b->fastest_whole = b->samples[0] == 1 ? npb :
+      MIN (b->fastest_whole, npb);
+    if (b->samples[0] < MIN_SAMPLES)
+      return;
+    b->judge_first = false;
+    b->cut = b->fastest_whole > SLOW_WRITE_NS_PER_BYTE;
+    return;
+  }
   if (o == b->cut || b->samples[!o] < MIN_SAMPLES)
     return;
   if (b->samples[o] >= MIN_SAMPLES &&

@@ -157,10 +157,13 @@
  *   UNLEARNT_MIN   without a model, reads this large are tried cut,
  *                  in pieces of PIECE_MIN or more [2M clusters: no
  *                  smaller pieces]; writes from UNLEARNT_WRITE_MIN
- *                  are cut at once, in pieces of WRITE_PIECE_MIN or
- *                  more [tests/unit-sim, qemu-img convert to: 7 cells
- *                  from 1.30-1.55x the best fixed size to 1.00-1.18x;
- *                  256K pieces: lanes4 1.70x, a 4-lane plugin]
+ *                  are cut in pieces of WRITE_PIECE_MIN or more once
+ *                  the fastest of the first MIN_SAMPLES, whole, took
+ *                  SLOW_WRITE_NS_PER_BYTE or more (1 GB/s) [tests/unit-sim, qemu-img convert to: 7
+ *                  cells from 1.30-1.55x the best fixed size to
+ *                  1.00-1.18x; 256K pieces: lanes4 1.70x, a 4-lane
+ *                  plugin; cut from the first write: tune.sh's zero
+ *                  row 0.93x no filter]
  */
 #define CUT_GAIN 1.25
 #define EXPLORE_FIRST 4
@@ -175,6 +178,7 @@
 #define UNLEARNT_WRITE_MIN (2 * 1024 * 1024)
 #define PIECE_MIN (1024 * 1024)
 #define WRITE_PIECE_MIN (512 * 1024)
+#define SLOW_WRITE_NS_PER_BYTE 1.0
 /* The weight of a new sample in cut.c's moving cost per byte: recent
  * enough to follow a plugin that changes, smooth enough that one slow
  * request does not flip the choice.
