@@ -54,6 +54,7 @@ struct bandit {
   unsigned samples[2];
   bool judge_first;                     /* writes, no model: see start */
   double fastest_whole;                 /* ... of the first few */
+  bool on_prior;                        /* cut by judging, not measured */
   unsigned since;                       /* requests since exploring */
   unsigned every;                       /* explore every so many */
 };
@@ -244,14 +245,19 @@ bandit_learn (struct bandit *b, enum learn_dir d, unsigned cls, int o,
     if (b->samples[0] < MIN_SAMPLES)
       return;
     b->judge_first = false;
-    b->cut = b->fastest_whole > SLOW_WRITE_NS_PER_BYTE;
+    b->cut = b->on_prior = b->fastest_whole > SLOW_WRITE_NS_PER_BYTE;
     return;
   }
   if (o == b->cut || b->samples[!o] < MIN_SAMPLES)
     return;
+  /* A cut chosen by judging, not measured, yields to whole as soon as
+   * whole measures no slower: cutting must not cost the client.
+   */
   if (b->samples[o] >= MIN_SAMPLES &&
-      b->ns_per_byte[o] < SWITCH * b->ns_per_byte[!o]) {
+      b->ns_per_byte[o] < (b->on_prior ? 1.0 : SWITCH) *
+                          b->ns_per_byte[!o]) {
     b->cut = o;
+    b->on_prior = false;
     b->every = EXPLORE_EVERY;
     stats_add (C_CUT_SWITCHES, 1);
     if (reshape_debug_tune)
