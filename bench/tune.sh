@@ -36,6 +36,11 @@
 # untimed run of the same cell before: what a second run gets.
 # TUNE_OUT=DIR writes the results there instead (bench/spread.sh).
 set -euo pipefail
+case ${1:-} in
+  -h|--help) sed -n '2,/^set -euo/{/^set/d;s/^# \{0,1\}//;p;}' "$0"; exit 0 ;;
+  ''|*[!0-9]*) [ -z "${1:-}" ] ||
+                 { echo "$0: RUNS must be a number (--help)" >&2; exit 1; } ;;
+esac
 cd "$(dirname "$0")/.."
 export PATH="/usr/bin:/bin:$PATH"
 runs=${1:-3}

@@ -1,1 +1,3 @@
 bench/tune.sh 3 clu2m
+CLIENTS='convert-to' bench/tune.sh 3 clu2m (those cells)
+CLIENTS='convert-to' bench/tune.sh 3 clu2m (those cells)

@@ -1,2 +1,3 @@
 bench/tune.sh 3 lat1
-CLIENTS='nbdcopy4k convert-to' bench/tune.sh 3 lat1 (those cells)
+CLIENTS='convert-to' bench/tune.sh 3 lat1 (those cells)
+CLIENTS='convert-to' bench/tune.sh 3 lat1 (those cells)

@@ -1,2 +1,3 @@
 bench/tune.sh 3 objstore
-CLIENTS='nbdcopy4k convert-to' bench/tune.sh 3 objstore (those cells)
+CLIENTS='convert-to' bench/tune.sh 3 objstore (those cells)
+CLIENTS='convert-to' bench/tune.sh 3 objstore (those cells)

@@ -1,1 +1,3 @@
 bench/tune.sh 3 zero
+CLIENTS='convert-to' bench/tune.sh 3 zero (those cells)
+CLIENTS='convert-to' bench/tune.sh 3 zero (those cells)
