@@ -5,7 +5,7 @@ requires nbdkit --version
 requires nbdinfo --version
 
 nbdkit_reshape null --help > "$tmp/help"
-grep -q 'reshape-size=auto|SIZE' "$tmp/help" || fail "--help lacks reshape-size"
+grep -q 'reshape-size=auto|<SIZE>' "$tmp/help" || fail "--help lacks reshape-size"
 nbdkit_reshape null --dump-plugin > "$tmp/dump" ||
   fail "--dump-plugin through the filter"
 
