@@ -11,14 +11,14 @@
  * it promises to be at least 25% faster, it is tried.  Before that,
  * a request large enough for every lane to get a piece of at least
  * PIECE_MIN is tried cut into one piece per lane: the measurement
- * alone decides.  Writes from UNLEARNT_WRITE_MIN are cut so, in pieces
- * of WRITE_PIECE_MIN or more, once the fastest of the first
+ * alone decides.  Writes from UNLEARNT_WRITE_MIN are cut so, in
+ * pieces of WRITE_PIECE_MIN or more, once the fastest of the first
  * MIN_SAMPLES, sent whole, took more than SLOW_WRITE_NS_PER_BYTE (a
- * client that only writes teaches
- * the model nothing), and whole is then what is tried; reads are tried
- * cut from UNLEARNT_MIN (a read's stream teaches it soon enough).  Nothing is
- * tried over a plugin that serializes requests (one lane) or one
- * learnt to have no latency.
+ * client that only writes teaches the model nothing); whole is then
+ * what is tried.  Reads are tried cut from UNLEARNT_MIN (a read's
+ * stream teaches the model soon enough).  Nothing is tried over a
+ * plugin that serializes requests (one lane) or one learnt to have no
+ * latency.
  *
  * How: every 4th request of a size class (every 2nd read if the model
  * promises twice as fast: a client may send only a few such requests)
@@ -175,11 +175,11 @@ cut_own (struct cut *choices, struct tune *t, uint64_t count, uint32_t max)
 
 /* A new bandit: eager to try cutting if the model promises much.
  * Writes with no model are judged by the fastest of the first few,
- * sent whole (the first pays for cold caches): a
- * client that only writes (qemu-img convert to an export, one 2M
- * write at a time) teaches the model nothing, and over a plugin with
- * latency cut in parallel is the faster way, while over one without
- * (memory, a local file) the pieces only cost.
+ * sent whole (the first pays for cold caches): a client that only
+ * writes (qemu-img convert to an export, one 2M write at a time)
+ * teaches the model nothing, and over a plugin with latency cut in
+ * parallel is the faster way, while over one without (memory, a local
+ * file) the pieces only cost.
  */
 static void
 bandit_start (struct bandit *b, enum learn_dir d, double gain,
