@@ -29,7 +29,10 @@ import subprocess
 import sys
 import time
 
-p = argparse.ArgumentParser()
+p = argparse.ArgumentParser(
+    description="Runs each command in turn, --runs rounds after --warmup,"
+    " and writes hyperfine's JSON layout to --export-json (nothing else);"
+    " as long as the commands take, times the rounds.")
 p.add_argument("--runs", type=int, default=5)
 p.add_argument("--warmup", type=int, default=1)
 p.add_argument("--export-json", required=True)

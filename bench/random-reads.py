@@ -4,6 +4,14 @@
 import random
 import sys
 
+USAGE = ("usage: random-reads.py URI COUNT DEPTH\n"
+         "COUNT random aligned 4K reads of the NBD export at URI, DEPTH in\nflight.  Writes nothing; runs until the reads are done.")
+if sys.argv[1:2] in (["-h"], ["--help"]):
+    print(USAGE)
+    sys.exit(0)
+if len(sys.argv) != 4:
+    sys.exit(USAGE)
+
 import nbd
 
 uri, count, depth = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

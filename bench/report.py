@@ -2,12 +2,19 @@
 # bench/report.py DIR: turn bench/accel.sh's hyperfine JSON (and the
 # model plugin's call counts) into DIR/README.md and two SVG plots,
 # accel.svg (speed-up over no filter) and sweep.svg (the request-size sweep).
-import glob
 import json
 import os
 import re
 import statistics
 import sys
+
+USAGE = ("usage: report.py DIR\n"
+         "Reads bench/accel.sh's JSON and call counts in DIR; rewrites the\ngenerated sections of DIR/README.md and DIR/accel.svg, DIR/sweep.svg.\nTakes a second.")
+if sys.argv[1:2] in (["-h"], ["--help"]):
+    print(USAGE)
+    sys.exit(0)
+if len(sys.argv) != 2:
+    sys.exit(USAGE)
 
 d = sys.argv[1]
 TITLES = {

@@ -3,6 +3,14 @@
 # back to back over TOTAL bytes, each filled with its own byte value,
 # then everything read back and checked.  Exits non-zero on bad data.
 import sys
+USAGE = ("usage: unaligned-writes.py URI SIZE TOTAL DEPTH\n"
+         "SIZE-byte writes over TOTAL bytes of the NBD export at URI, DEPTH in\nflight, then reads them back and checks them (exit 1 on bad data).\nWrites to the export only.")
+if sys.argv[1:2] in (["-h"], ["--help"]):
+    print(USAGE)
+    sys.exit(0)
+if len(sys.argv) != 5:
+    sys.exit(USAGE)
+
 import nbd
 
 uri, size, total, depth = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
