@@ -2,7 +2,7 @@
 # A client that writes (acknowledged, not flushed), drops the
 # connection and reconnects at once reads what it wrote, even while
 # the closing connection is still writing it back to a slow plugin
-# without multi-conn (whose staged blocks are each connection's own
+# without multi-conn (whose staged pages are each connection's own
 # while it is open).
 source "$srcdir/functions.sh"
 requires /usr/bin/python3 -c 'import nbd'

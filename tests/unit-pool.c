@@ -8,7 +8,7 @@
  *    largest buffer of each use is within its share.
  * 2. Many threads, small caps, the nesting the filter does: a request
  *    buffer held while bounce buffers come and go (readahead window,
- *    merge buffer), staging blocks held long and written back through
+ *    merge buffer), staging pages held long and written back through
  *    bounce buffers, filled windows kept by a cache that gives memory
  *    back when asked.  The pool must never hold more than its cap or
  *    a use more than its share, and every thread must finish: an alarm
@@ -192,7 +192,7 @@ shares (uint64_t cap)
   staged = pool_largest (POOL_STAGING);
   if (staged && (!is_power_of_2 (staged) || staged > largest ||
                  staged > u.share[POOL_STAGING]))
-    fail ("the largest staging block does not fit staging", cap);
+    fail ("the largest staging page does not fit staging", cap);
   if (u.share[POOL_STAGING] > STAGING_MAX)
     fail ("staging is not bounded apart from the cap", cap);
   if (cap == 64 * KiB && largest != 0)

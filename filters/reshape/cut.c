@@ -5,7 +5,7 @@
  * reshape-size=auto: where a request is cut.  A request is sent whole
  * (up to the plugin's maximum) until cutting is measured to be faster.
  *
- * What to try: once the export's cost is learnt (tune.c), the model
+ * What to try: once the export's cost is learnt (learn.c), the model
  * L + s/B, run on the lanes the large requests in flight leave it
  * (lanes), proposes the best cut of every request larger than 2 G; if
  * it promises to be at least 25% faster, it is tried.  Before that,

@@ -2,7 +2,7 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * The export registry: one entry per export name, holding the name's
+ * The export registry: one record per export name, holding the name's
  * learning and what the connections of its plain and TLS clients
  * share.  It alone finds an export by name: writes staged under one
  * (writeback.c) are kept with it, so that a client that reconnects
@@ -31,16 +31,16 @@
 /* One export name.  Kept while no connection holds it, for its
  * learning, and while writes staged under it wait for the plugin.
  */
-struct entry {
+struct record {
   char *name;
   struct tune *tune;
   struct export by_tls[2];              /* plain, TLS */
-  struct entry *next;                   /* most recently used first */
+  struct record *next;                  /* most recently used first */
 };
 
 static struct {
   pthread_mutex_t lock;
-  struct entry *list;
+  struct record *list;
   unsigned count;
 } registry = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -73,7 +73,7 @@ export_close (struct export *exp)
 }
 
 static void
-entry_free (struct entry *e)
+record_free (struct record *e)
 {
   export_close (&e->by_tls[false]);
   export_close (&e->by_tls[true]);
@@ -84,13 +84,13 @@ entry_free (struct entry *e)
 }
 
 static bool
-entry_held (const struct entry *e)
+record_held (const struct record *e)
 {
   return e->by_tls[false].refs || e->by_tls[true].refs;
 }
 
 static bool
-entry_staged (const struct entry *e)
+record_staged (const struct record *e)
 {
   return e->by_tls[false].wb || e->by_tls[true].wb;
 }
@@ -101,25 +101,25 @@ entry_staged (const struct entry *e)
 static void
 forget_one (void)
 {
-  struct entry **pp, **victim = NULL;
+  struct record **pp, **victim = NULL;
 
   if (registry.count < EXPORTS_MAX)
     return;
   for (pp = &registry.list; *pp; pp = &(*pp)->next)
-    if (!entry_held (*pp) && !entry_staged (*pp))
+    if (!record_held (*pp) && !record_staged (*pp))
       victim = pp;
   if (victim) {
-    struct entry *e = *victim;
+    struct record *e = *victim;
     *victim = e->next;
     registry.count--;
-    entry_free (e);
+    record_free (e);
   }
 }
 
-static struct entry *
-entry_new (const char *name)
+static struct record *
+record_new (const char *name)
 {
-  struct entry *e = calloc (1, sizeof *e);
+  struct record *e = calloc (1, sizeof *e);
 
   if (e == NULL)
     return NULL;
@@ -128,7 +128,7 @@ entry_new (const char *name)
   if (e->tune == NULL) {
     const int saved = errno;
 
-    entry_free (e);
+    record_free (e);
     errno = saved;
     return NULL;
   }
@@ -136,13 +136,13 @@ entry_new (const char *name)
   return e;
 }
 
-/* The entry of name, made if new, moved to the front.  Registry lock
+/* The record of name, made if new, moved to the front.  Registry lock
  * held.
  */
-static struct entry *
-entry_get (const char *name)
+static struct record *
+record_get (const char *name)
 {
-  struct entry **pp, *e;
+  struct record **pp, *e;
 
   for (pp = &registry.list; (e = *pp) != NULL; pp = &e->next)
     if (strcmp (e->name, name) == 0) {
@@ -151,7 +151,7 @@ entry_get (const char *name)
     }
   if (e == NULL) {
     forget_one ();
-    e = entry_new (name);
+    e = record_new (name);
     if (e == NULL)
       return NULL;
     registry.count++;
@@ -164,11 +164,11 @@ entry_get (const char *name)
 struct export *
 export_get (const char *name, bool tls)
 {
-  struct entry *e;
+  struct record *e;
   struct export *exp;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
 
-  e = entry_get (name);
+  e = record_get (name);
   exp = e ? &e->by_tls[tls] : NULL;
   if (exp && exp->refs == 0 && export_open (exp, e->name) == -1) {
     const int saved = errno;            /* for %m, whatever frees did */
@@ -197,7 +197,7 @@ export_put (struct export *exp)
 void
 export_each (tune_visit *fn, void *opaque)
 {
-  struct entry *e;
+  struct record *e;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
 
   for (e = registry.list; e; e = e->next)
@@ -205,23 +205,23 @@ export_each (tune_visit *fn, void *opaque)
 }
 
 /* A connection may still be closing at unload (nbdkit quitting on a
- * signal with a client connected): its entry stays for its close.
+ * signal with a client connected): its record stays for its close.
  * Nothing is staged any more (writeback_shutdown).
  */
 void
 export_free_all (void)
 {
-  struct entry **pp = &registry.list, *e;
+  struct record **pp = &registry.list, *e;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
 
   while ((e = *pp) != NULL) {
-    if (entry_held (e)) {
+    if (record_held (e)) {
       pp = &e->next;
       continue;
     }
     *pp = e->next;
     registry.count--;
-    entry_free (e);
+    record_free (e);
   }
 }
 

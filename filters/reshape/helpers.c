@@ -21,8 +21,8 @@
 #include <nbdkit-filter.h>
 
 #include "common.h"
-#include "params.h"
 #include "helpers.h"
+#include "tunables.h"
 
 /* The requesting thread works too: one fewer than the fan-out. */
 enum { MAX_HELPERS = PARALLEL_MAX - 1 };

@@ -4,7 +4,7 @@
  *
  * reshape-size=auto: the learning's decisions, with no lock, clock or
  * plugin call (see learn.h).  Per export it learns what a plugin read
- * costs by its size, from the reads clients ask for and the blocks
+ * costs by its size, from the reads clients ask for and the grains
  * fetched to serve them, and picks its sizes from that.  It never asks
  * for a read of its own: no read at the handshake, none for a client
  * that reads nothing or reads alone.
@@ -14,9 +14,9 @@
  * recent ones.  A client's stream of small reads is where the learning
  * happens (LEARN_LADDER): the stream's misses are taken in pairs, one
  * sent as it is (the base sample, the client's own read size), the
- * other fetching the aligned block of the rung being tried that holds
+ * other fetching the aligned grain of the rung being tried that holds
  * it (one plugin call, whose other bytes the stream reads from the
- * cache), base first in one pair and block first in the next, a pair
+ * cache), base first in one pair and grain first in the next, a pair
  * or two at a time and not among the stream's first reads (which pile
  * up at the plugin together).  So both meet the same load: a client
  * that keeps many reads in flight keeps the plugin busy while the
@@ -26,15 +26,15 @@
  * plugin's queue add the same to both, which makes a knee look flatter:
  * grains then come out larger, never smaller than the cost's real
  * grain.)  The rungs are tried halfway (in powers of 2) between the
- * largest block found flat and the smallest found not, from the read's
- * size and the largest block (LADDER_MAX, or what the pool lends): the
+ * largest grain found flat and the smallest found not, from the read's
+ * size and the largest grain (LADDER_MAX, or what the pool lends): the
  * grain is found in two or three rungs.  From the knee (LEARN_KNOWN):
  *
  *   - grain G, the last flat rung: small reads in a stream are
- *     fetched as the aligned G block that holds them where grains pay,
+ *     fetched as the aligned grain of G bytes that holds them where grains pay,
  *     and no request is cut below G;
  *   - per-call cost L and bandwidth B of one stream, from the line
- *     through the knee's block and its base reads;
+ *     through the knee's grain and its base reads;
  *   - preferred P, told to the connections made from then on and used
  *     as the unit of staging: the power of 2 nearest L B / 2, where a
  *     call's transfer takes half its fixed cost (2 L B if the plugin
@@ -123,7 +123,7 @@ choose_sizes (struct learn *l)
               1e3 / lt->ns_per_byte, lt->queued ? ", busy" : "", p / 1024);
   else
     snprintf (l->why, sizeof l->why,
-              "cost flat up to %" PRIu32 "K (%.2f ms), the largest block "
+              "cost flat up to %" PRIu32 "K (%.2f ms), the largest grain "
               "tried%s: clients told %" PRIu64 "K", lt->grain / 1024,
               lt->flat_ns / 1e6, lt->queued ? ", busy" : "", p / 1024);
 }
@@ -199,7 +199,7 @@ median (float *v, unsigned n)
 struct pairs {
   unsigned n;                           /* back, both of them */
   unsigned pending;                     /* handed out, not yet back */
-  double base, block;                   /* the medians of their reads */
+  double base, grain;                   /* the medians of their reads */
   double ratio, lo, hi;                 /* of their ratios: the lower
                                            median, the least, the most */
 };
@@ -226,7 +226,7 @@ pairs_back (const struct ladder *ladder, struct pairs *p)
   }
   if (p->n) {
     p->base = median (b, p->n);
-    p->block = median (r, p->n);
+    p->grain = median (r, p->n);
     /* The lower median: a knee only where more than half the pairs
      * say so (one found too low costs far more than one found too
      * high: judge_rung).
@@ -241,7 +241,7 @@ pairs_back (const struct ladder *ladder, struct pairs *p)
 static void fresh_pairs (struct ladder *ladder);
 
 /* Try the next rung: halfway (in powers of 2) between the largest
- * block found flat and the smallest found not (or the cap), rounded
+ * grain found flat and the smallest found not (or the cap), rounded
  * up.
  */
 static void
@@ -282,7 +282,7 @@ queued (const struct learn *l)
 }
 
 /* Is the ladder over?  Then what it found is learnt: flat up to the
- * largest flat block, then lat + s * npb from the knee.
+ * largest flat grain, then lat + s * npb from the knee.
  */
 static bool
 ladder_done (struct learn *l, double base)
@@ -310,7 +310,7 @@ ladder_done (struct learn *l, double base)
                ladder->flat_ns > 0 ? ladder->flat_ns : base,
   };
   lt.lat_ns = lt.flat_ns;
-  /* The line through the knee's two points, its block and its base
+  /* The line through the knee's two points, its grain and its base
    * read (whose own bytes cost time too: a line through zero bytes
    * would take a read's transfer for latency).
    */
@@ -331,7 +331,7 @@ ladder_done (struct learn *l, double base)
 
 /* A rung is flat below this ratio.  Over a plugin that serializes
  * requests, or one kept busy (its calls wait for each other), nothing
- * overlaps and throughput is what a byte costs: a block is worth it
+ * overlaps and throughput is what a byte costs: a grain is worth it
  * while it costs at most three quarters of the reads it stands for
  * (qcow2dec decoding a 2M cluster in 3 ms, then copying it out, costs
  * more for a larger read, but far less than the 256K reads it saves).
@@ -350,9 +350,9 @@ knee (const struct learn *l)
 
 /* Once enough pairs are back: a plugin without latency, or the rung is
  * flat or the knee.  A rung is called early if every pair says it is
- * clearly flat, or clearly the knee (CLEAR_KNEE: a block costing twice
+ * clearly flat, or clearly the knee (CLEAR_KNEE: a grain costing twice
  * what the knee does, as one past several clusters does; one pair
- * that waited behind a block of the stream's says the opposite), else
+ * that waited behind a grain of the stream's says the opposite), else
  * on the median of all its pairs: a
  * knee found too low, below a cluster that every read decodes whole,
  * would have each cluster decoded many times over, where one found
@@ -394,14 +394,14 @@ judge_rung (struct learn *l)
   /* The first rung's knee, while the plugin's queue was long: its
    * pairs meet the reads a stream's start piles up (nbdcopy sends 256
    * at once), whose order in the queue weighed more than the pairs'
-   * sizes (qcow2dec: 1M blocks 3x 256K reads, then 1.0x).  Once more,
+   * sizes (qcow2dec: 1M grains 3x 256K reads, then 1.0x).  Once more,
    * later.
    */
   again = p.ratio >= line && !ladder->judged && !ladder->retried &&
           p.base >= QUEUED * fastest;
-  snprintf (l->note, sizeof l->note, "%" PRIu32 "K blocks %.3f ms "
+  snprintf (l->note, sizeof l->note, "%" PRIu32 "K grains %.3f ms "
             "against %" PRIu64 "K reads %.3f ms (%.2fx, %u pairs): %s%s",
-            ladder->rung / 1024, p.block / 1e6,
+            ladder->rung / 1024, p.grain / 1e6,
             size_class_bytes (ladder->base) / 1024,
             p.base / 1e6, p.ratio, p.n, p.ratio < line ? "flat" : "the knee",
             again ? ", queued: again" : "");
@@ -413,13 +413,13 @@ judge_rung (struct learn *l)
   ladder->judged = true;
   if (p.ratio < line) {
     ladder->flat = ladder->rung;
-    ladder->flat_ns = p.block;
+    ladder->flat_ns = p.grain;
   }
   else {
     if (l->state == LEARN_RECHECK)
       ladder->confirmed = ladder->rung;
     ladder->knee = ladder->rung;
-    ladder->knee_ns = p.block;
+    ladder->knee_ns = p.grain;
     ladder->knee_base_ns = p.base;
   }
   /* A knee tried again and found flat: what lies above is unknown. */
@@ -438,7 +438,7 @@ judge_rung (struct learn *l)
  * those reads do (4K reads, 16 in flight, over 1 ms: 64 MB/s as they
  * are, against two 1M grains in 3.6 ms, 580 MB/s), each at what the
  * plugin was measured to take for it lately (the learnt flat cost, if
- * nothing was: over a busy plugin the ladder can call a block flat
+ * nothing was: over a busy plugin the ladder can call a grain flat
  * that costs twice the read).
  */
 static double
@@ -478,8 +478,8 @@ grains_pay (const struct learn *l, uint32_t count, unsigned in_flight)
 /* Start the ladder from reads of count bytes, within cap: false if
  * there is no room to learn in.  Reads of BASE_MAX or more are large
  * already (qemu-img convert reads 2M): what the learning could find
- * beyond them would not pay for its blocks.  The first rung is at
- * least twice the minimum block (blocks are whole blocks).
+ * beyond them would not pay for its grains.  The first rung is at
+ * least twice the minimum block (grains are whole minimum blocks).
  */
 static bool
 start_ladder (struct learn *l, uint32_t count, uint64_t cap)
@@ -551,7 +551,7 @@ learn_fetch (struct learn *l, uint32_t count, unsigned in_flight,
   f->alone = true;
   /* Not at the stream's start, when its reads pile up at the plugin,
    * nor too many at once: those sent together meet different queues.
-   * Meanwhile, if the plugin is busy (its reads cost it work), blocks
+   * Meanwhile, if the plugin is busy (its reads cost it work), grains
    * that cost no more than the reads they stand for: of the rung tried
    * once its pairs so far say it is flat, else the largest found flat.
    */
@@ -571,14 +571,14 @@ learn_fetch (struct learn *l, uint32_t count, unsigned in_flight,
       f->size = 0;
     return;
   }
-  /* Base or block first, in turn: whichever is sent first may meet a
+  /* Base or grain first, in turn: whichever is sent first may meet a
    * shorter queue.
    */
   f->rung = ladder->rung;
   f->try = ladder->tries;
   f->pair = ladder->sent / 2;
-  f->block = (ladder->sent % 2) ^ (ladder->sent / 2 % 2);
-  f->size = f->block ? ladder->rung : 0;
+  f->grain = (ladder->sent % 2) ^ (ladder->sent / 2 % 2);
+  f->size = f->grain ? ladder->rung : 0;
   ladder->sent++;
 }
 
@@ -593,7 +593,7 @@ learn_sample (struct learn *l, const struct learn_fetch *f, uint64_t ns)
     return false;                       /* a rung since judged */
   if (ns == 0)
     ladder->lost[f->pair] = true;
-  else if (f->block)
+  else if (f->grain)
     ladder->block_ns[f->pair] = ns;
   else
     ladder->base_ns[f->pair] = ns;

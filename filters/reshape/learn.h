@@ -32,7 +32,7 @@ extern uint64_t size_class_bytes (unsigned c);
 /* What an export's learning is doing. */
 enum learn_state {
   LEARN_NONE,               /* nothing yet: no stream of small reads */
-  LEARN_LADDER,             /* trying blocks of growing size */
+  LEARN_LADDER,             /* trying grains of growing size */
   LEARN_KNOWN,              /* learnt: sizes published */
   LEARN_RECHECK,            /* learnt, and trying the knee once more */
 };
@@ -74,20 +74,20 @@ struct learnt {
 };
 
 /* How a read of count bytes that continues a stream, and missed the
- * cache, is served: from an aligned block of size bytes fetched for
+ * cache, is served: from an aligned grain of size bytes fetched for
  * it (0: the read goes to the plugin as it is).  While the export is
- * being learnt, the block is fetched alone (not in a run of them),
- * and the read or the block may be a sample: then learn_sample must
+ * being learnt, the grain is fetched alone (not in a run of them),
+ * and the read or the grain may be a sample: then learn_sample must
  * follow, with the time its plugin read took (0: none was made, or it
  * failed).
  */
 struct learn_fetch {
   uint32_t size;
-  bool alone;                   /* the block alone, not a run */
+  bool alone;                   /* the grain alone, not a run */
   uint32_t rung;                /* a sample of this rung, 0: none */
   unsigned try;                 /* ... in this try of the rung */
   unsigned pair;                /* ... of this pair */
-  bool block;                   /* the block, or the read */
+  bool grain;                   /* the grain, or the read */
 };
 
 /* The plugin calls of one size class. */
@@ -102,13 +102,13 @@ struct samples {
  */
 struct ladder {
   unsigned base;                        /* the stream's read class */
-  uint64_t cap;                         /* the largest block it may try */
+  uint64_t cap;                         /* the largest grain it may try */
   unsigned warmup;                      /* misses before the first pair */
-  uint32_t flat;                        /* largest block found flat */
+  uint32_t flat;                        /* largest grain found flat */
   uint32_t knee;                        /* smallest found not, 0: none */
-  double flat_ns;                       /* ... their blocks' time */
+  double flat_ns;                       /* ... their grains' time */
   double knee_ns, knee_base_ns;         /* ... and the base then */
-  uint32_t rung;                        /* block size tried, 0: none */
+  uint32_t rung;                        /* grain size tried, 0: none */
   unsigned others;                      /* misses of other sizes since
                                            the last of the base's */
   bool judged;                          /* a rung was flat or the knee */
@@ -144,7 +144,7 @@ extern void learn_record (struct learn *l, enum learn_dir d, uint64_t bytes,
                           uint64_t ns);
 /* How a stream's read of count bytes that missed the cache, with
  * in_flight of its connection's reads in the filter at its start
- * (itself included), is served (see struct learn_fetch), with blocks
+ * (itself included), is served (see struct learn_fetch), with grains
  * of at most cap bytes.
  * Once learnt, a read gets grains only where they pay: a plugin that
  * is fast, flat no further than the read, or takes requests in

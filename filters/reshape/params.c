@@ -402,7 +402,7 @@ params_limits (nbdkit_next *next, struct geometry *geo, uint32_t *ppref)
  * way the size can be known:
  *
  *   - reshape-size=SIZE: both;
- *   - reshape-size=auto, once learnt (tune.c): the learnt unit and
+ *   - reshape-size=auto, once learnt (learn.c): the learnt unit and
  *     preferred size, or the plugin's preferred size if larger (the
  *     plugin may know what timing cannot see, a RAID stripe say);
  *   - otherwise the plugin's preferred size if above HINT_SIZE, else

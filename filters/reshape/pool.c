@@ -10,7 +10,7 @@
  *
  *   reserve    BLOCK_MIN_MAX (64K), for bounce buffers only;
  *   staging    a quarter of the rest, at most STAGING_MAX (64M), for
- *              write-back blocks: what is acknowledged but not yet in
+ *              write-back pages: what is acknowledged but not yet in
  *              the plugin stays bounded whatever reshape-pool says;
  *   requests   the other three quarters, for readahead windows being
  *   and cache  and grains being filled, of which the cache may keep
@@ -19,11 +19,11 @@
  *
  * No single buffer other than a bounce buffer is larger than a quarter
  * of the rest (rounded down to a power of 2): pool_largest tells
- * callers, who size their windows and blocks by it.
+ * callers, who size their windows and pages by it.
  *
  * Why no parameter values can deadlock.  Buffers are held while
  * asking for others: a readahead window or a grain, or a
- * staged block being written back, needs a bounce buffer when a piece
+ * staged page being written back, needs a bounce buffer when a piece
  * of it is a partial block.  So:
  *
  *   1. Only POOL_BOUNCE waits.  Every other use takes memory that is
@@ -72,7 +72,7 @@ static struct {
   uint64_t cap;                     /* reshape-pool */
   uint64_t share[POOL_USES];        /* budget of each use */
   uint32_t largest;                 /* largest single non-bounce buffer */
-  uint32_t largest_staging;         /* the same, for a staging block */
+  uint32_t largest_staging;         /* the same, for a staging page */
   uint64_t total;                   /* bytes allocated, idle or not */
   uint64_t idle;                    /* bytes on the free lists */
   uint64_t used[POOL_USES];         /* bytes in use, by use */
@@ -176,7 +176,7 @@ release_one_idle (void)
 }
 
 /* Allocate outside the lock; room was reserved in pool.total already.
- * Buffers of 2M and up (readahead windows, big staging blocks) are
+ * Buffers of 2M and up (readahead windows, big staging pages) are
  * aligned to and advised into huge pages where the kernel allows: a
  * fresh 8M window otherwise faults in 2048 pages, which in a VM cost
  * more than the plugin's reads (docs/design.md, The pool).

@@ -21,7 +21,7 @@ enum pool_use {
   POOL_BOUNCE,      /* one partial block (read-modify-write): may wait */
   POOL_REQUEST,     /* readahead windows and grains being filled */
   POOL_CACHE,       /* read data kept (a filled window moves here) */
-  POOL_STAGING,     /* write-back blocks */
+  POOL_STAGING,     /* write-back pages */
   POOL_USES
 };
 
@@ -40,7 +40,7 @@ extern void pool_set_reclaim (uint64_t (*reclaim) (uint64_t want));
 
 /* The largest single buffer of this use that can ever be had (0: the
  * use gets nothing from a pool this small).  Callers size windows,
- * staging blocks by it.
+ * staging pages by it.
  */
 extern uint32_t pool_largest (enum pool_use use);
 

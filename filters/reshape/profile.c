@@ -15,11 +15,11 @@
  * STACK identifies what lies below the filter: a hash of the
  * parameters nbdkit passed through it (the plugin's and those of the
  * filters below; the plugin's name is not told to filters, but its
- * parameters tell one plugin from another).  An entry applies only to
+ * parameters tell one plugin from another).  A line applies only to
  * the same stack, export name, size and block sizes.
  *
  * Saving merges: under a lock on the file's directory, the file is
- * read again, this process's entries replace those with the same key
+ * read again, this process's lines replace those with the same key
  * and the others are kept (another nbdkit's), and the result is
  * written whole to a temporary file renamed over the old one, so that
  * a reader never sees half of it (a symlink's target is replaced, the
@@ -29,6 +29,26 @@
  * never written (a warning, and the filter learns without it); a
  * corrupt line is skipped with a warning, and left out of the next
  * save; a profile of an older format is read as empty and rewritten.
+ *
+ * Lock order.  This file owns the filter's outermost lock, so the
+ * order of all of them is stated here.  A thread holding a lock takes
+ * only locks further down this list:
+ *
+ *   profile.lock (here; with the flock on the profile's directory)
+ *   registry.lock (export.c)
+ *   staging.lock, then one export's writeback lock (writeback.c)
+ *   one connection's stream lock (stream.c)
+ *   live.lock, then one cache's lock (cache.c)
+ *   pool.lock (pool.c)
+ *
+ * Leaves, under which nothing is taken: a tune's lock (tune.c), the
+ * cut choices' (cut.c), a shared walk's (split.c), the helper team's
+ * (helpers.c), the range lock (rangelock.c), the last refusal's
+ * (params.c).  No mutex is held across a plugin call: pool_get lets
+ * pool.lock go before it asks the caches for memory back.  Claims on
+ * staged pages and range locks are held across plugin calls and
+ * above all of these; a claim is never waited for while another is
+ * held, and a range lock is taken before its bounce buffer.
  */
 
 #include <config.h>
@@ -58,15 +78,15 @@
 static const char MAGIC[] = "nbdkit-reshape-filter profile ";
 enum { FORMAT = 2 };
 
-struct entry {
+struct saved {
   uint64_t stack;
   char name[NBD_NAME_MAX + 1];
   struct geometry geo;
   struct learnt l;
 };
 
-struct entries {
-  struct entry *v;
+struct saved_set {
+  struct saved *v;
   size_t n;
 };
 
@@ -75,7 +95,7 @@ static struct {
   char *file;                           /* NULL: no profile */
   bool foreign;                         /* never to be written */
   uint64_t stack;                       /* this process's */
-  struct entries loaded;
+  struct saved_set loaded;
   unsigned saved_generation;
   uint64_t saved_ns;
 } profile = {
@@ -125,9 +145,9 @@ unhex (const char *hex, char *name)
   return true;
 }
 
-/* One entry line into e; false if it is not one. */
+/* One "entry" line into e; false if it is not one. */
 static bool
-parse_entry (const char *line, struct entry *e)
+parse_saved (const char *line, struct saved *e)
 {
   char hex[2 * NBD_NAME_MAX + 2];
   int fast, queued, end = -1;
@@ -154,7 +174,7 @@ parse_entry (const char *line, struct entry *e)
 }
 
 static void
-write_entry (FILE *fp, const struct entry *e)
+write_saved (FILE *fp, const struct saved *e)
 {
   const char *n;
 
@@ -171,18 +191,18 @@ write_entry (FILE *fp, const struct entry *e)
 }
 
 static bool
-same_key (const struct entry *a, const struct entry *b)
+same_key (const struct saved *a, const struct saved *b)
 {
   return a->stack == b->stack && strcmp (a->name, b->name) == 0 &&
     a->geo.exportsize == b->geo.exportsize && a->geo.min == b->geo.min &&
     a->geo.max == b->geo.max;
 }
 
-/* Add e, or replace the entry with its key. */
+/* Add e, or replace the line with its key. */
 static int
-put_entry (struct entries *es, const struct entry *e)
+put_saved (struct saved_set *es, const struct saved *e)
 {
-  struct entry *nv;
+  struct saved *nv;
   size_t i;
 
   for (i = 0; i < es->n; i++)
@@ -218,18 +238,18 @@ tell_corrupt (const char *file, unsigned first, unsigned n)
                      "corrupt: skipped", file, first, n - 1);
 }
 
-/* Read fp's entries into es.  false if fp is not a profile of this
+/* Read fp's lines into es.  false if fp is not a profile of this
  * filter (or of a newer one), or could not be read whole (then it is
  * never written).  Corrupt lines are skipped (tell_corrupt).
  */
 static bool
-read_entries (FILE *fp, const char *file, struct entries *es)
+read_saved (FILE *fp, const char *file, struct saved_set *es)
 {
   CLEANUP_FREE char *line = NULL;
   size_t cap = 0;
   unsigned lineno = 1, first = 0, corrupt = 0;
   int version;
-  struct entry e;
+  struct saved e;
 
   if (getline (&line, &cap, fp) == -1)
     return true;                        /* empty: nothing learnt yet */
@@ -243,11 +263,11 @@ read_entries (FILE *fp, const char *file, struct entries *es)
   while (getline (&line, &cap, fp) != -1) {
     lineno++;
     memset (&e, 0, sizeof e);
-    if (!parse_entry (line, &e)) {
+    if (!parse_saved (line, &e)) {
       if (corrupt++ == 0)
         first = lineno;
     }
-    else if (put_entry (es, &e) == -1) {
+    else if (put_saved (es, &e) == -1) {
       /* Saving what was read would drop the rest: never overwrite. */
       reshape_warning ("reshape-profile: %s: %m: not saved", file);
       return false;
@@ -308,7 +328,7 @@ profile_load (const char *file)
   fp = fopen (file, "r");
   if (fp == NULL)
     return 0;                           /* made at the first save */
-  if (!read_entries (fp, file, &profile.loaded)) {
+  if (!read_saved (fp, file, &profile.loaded)) {
     reshape_warning ("reshape-profile: %s is not a profile of this "
                      "filter: it is left as it is, and nothing learnt "
                      "is kept", file);
@@ -321,7 +341,7 @@ profile_load (const char *file)
 void
 profile_apply (struct tune *t, const struct geometry *geo)
 {
-  struct entry want = { .stack = profile.stack, .geo = *geo };
+  struct saved want = { .stack = profile.stack, .geo = *geo };
   size_t i;
 
   if (profile.file == NULL || strlen (tune_name (t)) > NBD_NAME_MAX)
@@ -334,24 +354,24 @@ profile_apply (struct tune *t, const struct geometry *geo)
     }
 }
 
-/* Add t's learning, if any, to the entries (opaque). */
+/* Add t's learning, if any, to the lines (opaque). */
 static void
 merge_one (struct tune *t, void *opaque)
 {
-  struct entry e = { .stack = profile.stack };
+  struct saved e = { .stack = profile.stack };
 
   if (strlen (tune_name (t)) > NBD_NAME_MAX ||
       !tune_get_learnt (t, &e.geo, &e.l))
     return;
   strcpy (e.name, tune_name (t));
-  put_entry (opaque, &e);
+  put_saved (opaque, &e);
 }
 
 /* Write es to target (the profile, its symlinks followed, so that a
  * link is kept), atomically.  Directory lock held.
  */
 static bool
-write_file (const struct entries *es, const char *target)
+write_file (const struct saved_set *es, const char *target)
 {
   char *tmp;
   FILE *fp = replace_open (target, &tmp);
@@ -361,7 +381,7 @@ write_file (const struct entries *es, const char *target)
     return false;
   fprintf (fp, "%s%d\n", MAGIC, FORMAT);
   for (i = 0; i < es->n; i++)
-    write_entry (fp, &es->v[i]);
+    write_saved (fp, &es->v[i]);
   return replace_commit (fp, tmp, target) == 0;
 }
 
@@ -375,7 +395,7 @@ merge_and_write (tune_walk *each)
 {
   CLEANUP_FREE char *target = resolve_links (profile.file);
   CLEANUP_FREE char *copy = target ? strdup (target) : NULL;
-  struct entries es = { NULL, 0 };
+  struct saved_set es = { NULL, 0 };
   int dirfd = copy ? open (dirname (copy), O_RDONLY | O_DIRECTORY) : -1;
   FILE *fp;
   bool ok = false;
@@ -384,7 +404,7 @@ merge_and_write (tune_walk *each)
     goto out;
   fp = fopen (target, "r");
   if (fp) {
-    profile.foreign = !read_entries (fp, profile.file, &es);
+    profile.foreign = !read_saved (fp, profile.file, &es);
     fclose (fp);
   }
   if (profile.foreign) {                /* replaced by something else */
@@ -426,5 +446,5 @@ profile_free (void)
   free (profile.file);
   free (profile.loaded.v);
   profile.file = NULL;
-  profile.loaded = (struct entries) { NULL, 0 };
+  profile.loaded = (struct saved_set) { NULL, 0 };
 }

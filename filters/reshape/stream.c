@@ -22,7 +22,7 @@
  *     cache serves it, its reads come and go one at a time and would
  *     look alone).  Where the plugin's cost is flat up to a grain
  *     larger than a read (a cluster decoded whole) and grains pay
- *     (tune.c), a small read that misses fetches the aligned grain
+ *     (learn.c), a small read that misses fetches the aligned grain
  *     that holds it, once, for the neighbours in flight with it; a
  *     stream that goes on from its last run (or a little past its end)
  *     fetches the next run of twice as many grains, up to the window
@@ -30,7 +30,7 @@
  *     run has the next fetched before the stream reaches it, never
  *     more than one run past the read.  While the export is being
  *     learnt, the stream's misses are the learning's instead: each
- *     goes as it is, or fetches one aligned block alone (one plugin
+ *     goes as it is, or fetches one aligned grain alone (one plugin
  *     call), timed if it is a sample.
  *
  *   - Fills.  Windows and grains fill the cache the same way: a fill
@@ -279,7 +279,7 @@ fill_begin (struct cache *cache, struct cache_fill *f, uint64_t lo,
 /* A buffer for the fill, if it may be made: staged writes in its
  * range go first, and where some stay staged (held by a request, or
  * refused by the plugin) the fill would keep what the plugin has
- * instead of them.  (This never waits for a staged block: a read
+ * instead of them.  (This never waits for a staged page: a read
  * waiting for the fill may hold one.)  NULL: not made.
  */
 static char *
@@ -358,7 +358,7 @@ fill_wait (struct cache *cache, bool held, const struct read_req *rq)
 
 /* Fill the window of size bytes for rq: from the grain holding the
  * read (reshape-size=auto: a grain costs what any part of it costs) or
- * else the block, rounded out to whole blocks and clipped at the end
+ * else the read's minimum blocks, rounded out and clipped at the end
  * of the export.
  */
 static int
@@ -387,10 +387,10 @@ window_read (struct stream *s, struct cache *cache, const struct io *io,
 
 /* --- Grains. --- */
 
-/* How a read in the stream that missed the cache is served, as tune.c
- * says (tune_stream_fetch), if the block is whole minimum blocks that
- * the pool can lend and the plugin take in one call; else tf->size is
- * 0: the read goes as it is.
+/* How a read in the stream that missed the cache is served, as the
+ * learning says (tune_stream_fetch), if the grain is whole minimum
+ * blocks that the pool can lend and the plugin take in one call; else
+ * tf->size is 0: the read goes as it is.
  */
 static void
 learnt_fetch (const struct io *io, uint32_t count, unsigned in_flight,
@@ -510,14 +510,14 @@ run_read (struct stream *s, struct cache *cache, const struct io *io,
   return r;
 }
 
-/* Fetch the block [f->lo, f->hi) for rq within it, unless a fill in
+/* Fetch the grain [f->lo, f->hi) for rq within it, unless a fill in
  * progress holds rq (then that is waited for; a few times at most, if
  * writes keep making what is fetched stale); alone if the budget
  * refuses it.  *took (if not NULL): the plugin read's time, 0 if none
  * was made by this read.
  */
 static int
-block_read (struct stream *s, struct cache *cache, const struct io *io,
+grain_read (struct stream *s, struct cache *cache, const struct io *io,
             struct cache_fill *f, const struct read_req *rq, uint64_t *took,
             int *err)
 {
@@ -548,7 +548,7 @@ block_read (struct stream *s, struct cache *cache, const struct io *io,
   return pass_down (cache, io, rq, err);
 }
 
-/* The aligned block of tf->size bytes holding rq, fetched alone (the
+/* The aligned grain of tf->size bytes holding rq, fetched alone (the
  * learning's: one plugin call), timed if it is a sample.
  */
 static int
@@ -564,14 +564,14 @@ block_alone (struct stream *s, struct cache *cache, const struct io *io,
   if (rq->offset + rq->count > f.hi)
     r = pass_down (cache, io, rq, err);
   else
-    r = block_read (s, cache, io, &f, rq, tf->rung ? &took : NULL,
+    r = grain_read (s, cache, io, &f, rq, tf->rung ? &took : NULL,
                     err);
   if (tf->rung)
     tune_sample_done (io->tune, tf, took);
   return r;
 }
 
-/* Serve rq by tf->size: one block alone (the learning's), or the
+/* Serve rq by tf->size: one grain alone (the learning's), or the
  * stream's runs of grains.
  */
 static int
@@ -586,7 +586,7 @@ grains_read (struct stream *s, struct cache *cache, const struct io *io,
   case RUN_NEXT:
     return run_read (s, cache, io, &f, rq, err);
   case RUN_ALONE:
-    return block_read (s, cache, io, &f, rq, NULL, err);
+    return grain_read (s, cache, io, &f, rq, NULL, err);
   case RUN_NONE:
     break;
   }

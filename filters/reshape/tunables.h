@@ -32,7 +32,7 @@
  * --request-size over sparse-random; nbdcopy's own default].
  */
 #define DEFAULT_SIZE (256 * 1024)
-/* reshape-pool: 8 of the largest windows, 256 staged blocks. */
+/* reshape-pool: 8 of the largest windows, 256 staged pages. */
 #define DEFAULT_POOL (64 * 1024 * 1024)
 /* reshape-parallel: nbdkit's threads per connection [bench big: 8
  * left the plugin's streams a third short].
@@ -96,21 +96,21 @@
 
 /* At most this much staged by write-back, whatever reshape-pool: the
  * bytes acknowledged but not in the plugin, which a plugin refusing
- * writes leaves held until exit.  A few blocks per writer are all
+ * writes leaves held until exit.  A few pages per writer are all
  * that combining needs.
  */
 #define STAGING_MAX (64 * 1024 * 1024)
 #define CACHE_SHARE_NUM 2
 #define CACHE_SHARE_DEN 3
 
-/* reshape-size=auto's learning (tune.c) [qcow2dec over 1G, 30 runs;
- * the model's shapes; bench/results/tune]:
+/* reshape-size=auto's learning (learn.c; EXPORTS_MAX: export.c)
+ * [qcow2dec over 1G, 30 runs; the model's shapes; bench/results/tune]:
  *   BASE_MAX       learnt from streams of reads smaller than this
- *   LADDER_MAX     the largest block tried
+ *   LADDER_MAX     the largest grain tried
  *   WARMUP         a stream's misses before the first sample
  *   PAIRS          samples per rung, at most; PAIRS_FLAT to call it
  *                  clearly flat; PAIRS_AT_ONCE in flight
- *   KNEE           a block this many times a read's cost is the knee
+ *   KNEE           a grain this many times a read's cost is the knee
  *                  (CLEAR_FLAT: clearly not; CLEAR_KNEE: clearly so;
  *                  PER_BYTE_KNEE, per byte, over a plugin that
  *                  serializes requests or is busy)
@@ -159,7 +159,8 @@
  *                  smaller pieces]; writes from UNLEARNT_WRITE_MIN
  *                  are cut in pieces of WRITE_PIECE_MIN or more once
  *                  the fastest of the first MIN_SAMPLES, whole, took
- *                  SLOW_WRITE_NS_PER_BYTE or more (1 GB/s) [tests/unit-sim, qemu-img convert to: 7
+ *                  SLOW_WRITE_NS_PER_BYTE or more (1 GB/s)
+ *                  [tests/unit-sim, qemu-img convert to: 7
  *                  cells from 1.30-1.55x the best fixed size to
  *                  1.00-1.18x; 256K pieces: lanes4 1.70x, a 4-lane
  *                  plugin; cut from the first write: tune.sh's zero
@@ -199,14 +200,14 @@
  */
 #define GUESS_PREFERRED (2 * 1024 * 1024)
 
-/* Write-back's blocks fill with up to this many gaps (ranges.h): a
+/* Write-back's pages fill with up to this many gaps (ranges.h): a
  * client keeps up to 64 requests in flight (QEMU, nbdcopy) and they
- * reach the filter in any order [bench deep: 1M blocks of 4K writes 64
+ * reach the filter in any order [bench deep: 1M pages of 4K writes 64
  * deep].
  */
 #define RANGES_MAX 64
 
-/* Write-back (writeback.c): tries per block when a connection closes,
+/* Write-back (writeback.c): tries per page when a connection closes,
  * before its data is given up (a plugin failing at random then loses
  * nothing in practice; one failing for good delays the close by so
  * many requests).

@@ -216,7 +216,7 @@ tune_sample_done (struct tune *t, const struct learn_fetch *f, uint64_t ns)
   if (f->rung && f->try == t->learn.ladder.tries && reshape_debug_tune > 1)
     nbdkit_debug ("reshape: tune: export %s: %" PRIu32 "K pair %u: %s "
                   "%.3f ms", t->shown, f->rung / 1024, f->pair,
-                  f->block ? "block" : "base", ns / 1e6);
+                  f->grain ? "grain" : "base", ns / 1e6);
   changed = learn_sample (core (t), f, ns);
   if (t->learn.note[0] && reshape_debug_tune)
     nbdkit_debug ("reshape: tune: export %s: %s", t->shown,
@@ -272,7 +272,7 @@ tables_one (struct tune *t, void *fpv)
   if (learn_known (&t->learn))
     fprintf (fp, ": %s\n", t->learn.why);
   else if (t->learn.state == LEARN_LADDER)
-    fprintf (fp, ": still learning (trying %s blocks for %s reads)\n",
+    fprintf (fp, ": still learning (trying %s grains for %s reads)\n",
              stats_human (t->learn.ladder.rung, b1, sizeof b1),
              stats_human (size_class_bytes (t->learn.ladder.base), b2,
                           sizeof b2));

@@ -3,36 +3,36 @@
  * SPDX-License-Identifier: BSD-3-Clause
  *
  * Write-back combining (reshape-writeback=true): a volatile write
- * cache.  Small writes are copied into staging blocks of reshape-size
- * and acknowledged once staged; a block goes to the plugin as one
+ * cache.  Small writes are copied into staging pages of reshape-size
+ * and acknowledged once staged; a page goes to the plugin as one
  * request when it is complete, and before anything could miss it:
  *
  *   - a read, zero, trim or extents request overlapping it, a FUA or
  *     large write overlapping it (written through after), a write to
- *     the same block that would leave too many gaps;
+ *     the same page that would leave too many gaps;
  *   - flush (then the plugin's flush), connection close, and when
  *     staging reaches its share of the pool (eviction).
  *
- * A block leaves staging only once the plugin has it.  A write-back
- * that fails keeps the block staged and is tried again at the next of
+ * A page leaves staging only once the plugin has it.  A write-back
+ * that fails keeps the page staged and is tried again at the next of
  * the occasions above; meanwhile reads overlapping it get its bytes
  * laid over what the plugin returns, so acknowledged data stays
- * readable.  A flush succeeds only when every block staged before it
+ * readable.  A flush succeeds only when every page staged before it
  * is in the plugin, and fails with the plugin's error while one is
- * not.  When failed blocks fill the staging share, new writes go
+ * not.  When failed pages fill the staging share, new writes go
  * through to the plugin (their writers get their own errors).  A
- * closing connection's blocks become the export's: every later
+ * closing connection's pages become the export's: every later
  * connection of the export sees them, and its flushes and its close
  * retry them.  Only at server exit, once every connection has closed
  * (nbdkit 1.32 closes them all before cleanup), is anything given up,
  * with an error, and nbdkit then exits with failure.
  *
- * Who may touch a block's data: a thread claims the block (busy) to
+ * Who may touch a page's data: a thread claims the page (busy) to
  * write it back, to lay it over a read or to patch it around a write
- * sent through; others wait.  A request claims all the blocks it
+ * sent through; others wait.  A request claims all the pages it
  * needs at once and never waits for a claim while holding one, so
  * claims cannot deadlock.  Staging a write (under the export's lock)
- * waits for its block to be free.
+ * waits for its page to be free.
  *
  * All write-back runs inline, in the request that needs it, so it
  * works with plugins that serialize requests (no background thread
@@ -40,11 +40,11 @@
  * do it: nbdkit aborts sleeps of a closing connection's own threads,
  * which would fail the write-back in layers that sleep (delay filter).
  *
- * Blocks are kept per export, and shared by its connections only when
+ * Pages are kept per export, and shared by its connections only when
  * the plugin allows multi-conn; otherwise per connection, so that each
  * connection's flush covers exactly what it wrote.  Whoever owns a
- * block, every request of the export that overlaps it sees it (reads
- * get its bytes, writes go after it), and no two blocks of an export
+ * page, every request of the export that overlaps it sees it (reads
+ * get its bytes, writes go after it), and no two pages of an export
  * overlap, so nothing staged is written back over a later write.
  * Export names may share storage: a write first writes back what
  * other names staged over it, through an open connection of that name
@@ -72,25 +72,25 @@
 #include "tunables.h"
 #include "writeback.h"
 
-struct wb_block {
+struct wb_page {
   const struct wb_conn *owner;  /* NULL: shared by the export */
   uint64_t seq;                 /* when it was created */
   uint64_t off;                 /* aligned to reshape-size */
-  uint32_t len;                 /* block length, clipped at export end */
+  uint32_t len;                 /* page length, clipped at export end */
   struct ranges staged;         /* the bytes of it staged */
   char *buf;
   bool busy;                    /* claimed by a thread */
   int failed;                   /* error of its last write-back, or 0 */
-  struct wb_block *next;        /* the export's list */
-  struct wb_block *claimed;     /* its claimer's list */
+  struct wb_page *next;         /* the export's list */
+  struct wb_page *claimed;      /* its claimer's list */
 };
 
 struct writeback {
-  pthread_mutex_t lock;         /* the list and each block's fields */
-  pthread_cond_t changed;       /* a block was released or removed */
-  struct wb_block *blocks;      /* newest first */
+  pthread_mutex_t lock;         /* the list and each page's fields */
+  pthread_cond_t changed;       /* a page was released or removed */
+  struct wb_page *pages;        /* newest first */
   unsigned conns;               /* connections open to the export */
-  bool shared;                  /* blocks shared: the first's multi-conn */
+  bool shared;                  /* pages shared: the first's multi-conn */
   struct wb_conn *open;         /* its open connections */
   char *name;                   /* the export's, for messages */
   unsigned refs;                /* the export's, walks' (staging.lock) */
@@ -100,7 +100,7 @@ struct writeback {
 /* Staging as a whole, every export's. */
 static struct {
   uint64_t staged_bytes;        /* atomic: the fast path's test */
-  uint64_t next_seq;            /* block creation order, atomic */
+  uint64_t next_seq;            /* page creation order, atomic */
   pthread_mutex_t lock;         /* the list of exports */
   struct writeback *list;       /* for writeback_order and shutdown */
   unsigned exports;             /* in the list, atomic */
@@ -110,30 +110,30 @@ static struct {
 
 /* The first and the end of the staged bytes, for overlap tests. */
 static uint64_t
-first_byte (const struct wb_block *b)
+first_byte (const struct wb_page *b)
 {
   return b->off + ranges_first (&b->staged);
 }
 
 static uint64_t
-end_byte (const struct wb_block *b)
+end_byte (const struct wb_page *b)
 {
   return b->off + ranges_end (&b->staged);
 }
 
 static bool
-overlaps (const struct wb_block *b, uint64_t lo, uint64_t hi)
+overlaps (const struct wb_page *b, uint64_t lo, uint64_t hi)
 {
   return first_byte (b) < hi && lo < end_byte (b);
 }
 
 static bool
-visible (const struct wb_block *b, const struct wb_conn *wc)
+visible (const struct wb_page *b, const struct wb_conn *wc)
 {
   return b->owner == NULL || b->owner == wc;
 }
 
-/* The owner of the blocks wc creates. */
+/* The owner of the pages wc creates. */
 static const struct wb_conn *
 owner_for (const struct wb_conn *wc)
 {
@@ -148,7 +148,7 @@ anything_staged (void)
 }
 
 static void
-free_block (struct wb_block *b)
+free_page (struct wb_page *b)
 {
   __atomic_sub_fetch (&staging.staged_bytes, b->len, __ATOMIC_RELAXED);
   pool_put (POOL_STAGING, b->buf, b->len);
@@ -159,7 +159,7 @@ free_block (struct wb_block *b)
  * it that are lost, each range in the debug log.
  */
 static uint64_t
-give_up (struct wb_block *b)
+give_up (struct wb_page *b)
 {
   uint64_t lost = 0;
   unsigned i;
@@ -172,7 +172,7 @@ give_up (struct wb_block *b)
     stats_add (C_WB_LOST, x.hi - x.lo);
     lost += x.hi - x.lo;
   }
-  free_block (b);
+  free_page (b);
   return lost;
 }
 
@@ -201,7 +201,7 @@ writeback_new (const char *name)
 static void
 writeback_free (struct writeback *wb)
 {
-  assert (wb->blocks == NULL);
+  assert (wb->pages == NULL);
   pthread_cond_destroy (&wb->changed);
   pthread_mutex_destroy (&wb->lock);
   free (wb->name);
@@ -216,7 +216,7 @@ writeback_thread_model (int model)
 }
 
 /* Drop a reference; wb is unlinked and freed once none is left (then
- * it is empty: the export holds it while blocks are staged in it).
+ * it is empty: the export holds it while pages are staged in it).
  * staging.lock held.
  */
 static void
@@ -239,7 +239,7 @@ writeback_drop (struct writeback *wb)
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&staging.lock);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
-    if (wb->blocks)
+    if (wb->pages)
       return false;
   }
   put (wb);
@@ -260,12 +260,12 @@ writeback_open (struct wb_conn *wc, struct writeback *wb, bool shared,
     wc->next_open = wb->open;
     wb->open = wc;
   }
-  /* Whether blocks are shared is the export's, not each connection's:
+  /* Whether pages are shared is the export's, not each connection's:
    * a plugin may answer multi-conn differently per connection (yes to
-   * read-only ones, say), and a shared block over another
+   * read-only ones, say), and a shared page over another
    * connection's own would stage the same bytes twice, written back
-   * in the order of the blocks, not of the writes.  The first
-   * connection while none is open decides (blocks left by earlier
+   * in the order of the pages, not of the writes.  The first
+   * connection while none is open decides (pages left by earlier
    * ones belong to no connection, so either answer sees them); one
    * that disagrees does not stage.
    */
@@ -282,28 +282,28 @@ writeback_open (struct wb_conn *wc, struct writeback *wb, bool shared,
 
 /* Claim b for c.  Lock held, b not busy. */
 static void
-claim (struct wb_claim *c, struct wb_block *b)
+claim (struct wb_claim *c, struct wb_page *b)
 {
   b->busy = true;
   b->claimed = c->list;
   c->list = b;
 }
 
-/* Is a block of wb that overlaps [lo, hi) busy?  Lock held.  (Any
- * owner's: a request sees every block of its export.)
+/* Is a page of wb that overlaps [lo, hi) busy?  Lock held.  (Any
+ * owner's: a request sees every page of its export.)
  */
 static bool
 busy_over (struct writeback *wb, uint64_t lo, uint64_t hi)
 {
-  struct wb_block *b;
+  struct wb_page *b;
 
-  for (b = wb->blocks; b; b = b->next)
+  for (b = wb->pages; b; b = b->next)
     if (overlaps (b, lo, hi) && b->busy)
       return true;
   return false;
 }
 
-/* Claim every block of wb that overlaps [lo, hi).  Lock held, none of
+/* Claim every page of wb that overlaps [lo, hi).  Lock held, none of
  * them busy.  The list comes out oldest first: written back and laid
  * over reads in that order.
  */
@@ -311,14 +311,14 @@ static void
 claim_over (struct wb_claim *c, struct writeback *wb, uint64_t lo,
             uint64_t hi)
 {
-  struct wb_block *b;
+  struct wb_page *b;
 
-  for (b = wb->blocks; b; b = b->next)
+  for (b = wb->pages; b; b = b->next)
     if (overlaps (b, lo, hi))
       claim (c, b);
 }
 
-/* Claim every block of wb that overlaps [lo, hi), once none of them
+/* Claim every page of wb that overlaps [lo, hi), once none of them
  * is busy (so nothing is held while waiting).
  */
 static void
@@ -332,11 +332,11 @@ claim_range (struct wb_claim *c, struct writeback *wb, uint64_t lo,
   claim_over (c, wb, lo, hi);
 }
 
-/* Let the claimed blocks go. */
+/* Let the claimed pages go. */
 static void
 release (struct wb_claim *c)
 {
-  struct wb_block *b;
+  struct wb_page *b;
 
   if (c->list == NULL)
     return;
@@ -349,26 +349,26 @@ release (struct wb_claim *c)
 
 /* Unlink b (claimed) from the export's list and free it. */
 static void
-remove_block (struct writeback *wb, struct wb_block *b)
+remove_page (struct writeback *wb, struct wb_page *b)
 {
-  struct wb_block **pp;
+  struct wb_page **pp;
 
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
-    for (pp = &wb->blocks; *pp != b; pp = &(*pp)->next)
+    for (pp = &wb->pages; *pp != b; pp = &(*pp)->next)
       ;
     *pp = b->next;
     pthread_cond_broadcast (&wb->changed);
   }
-  free_block (b);
+  free_page (b);
 }
 
-/* Write claimed block b to the plugin.  On success it leaves staging
+/* Write claimed page b to the plugin.  On success it leaves staging
  * (unlinked and freed); on failure it stays, still claimed, with the
  * error noted.  0, or -1 with *err set.
  */
 static int
-write_back (const struct io *io, struct writeback *wb, struct wb_block *b,
+write_back (const struct io *io, struct writeback *wb, struct wb_page *b,
             int *err)
 {
   const uint64_t lo = first_byte (b), hi = end_byte (b);
@@ -397,21 +397,21 @@ write_back (const struct io *io, struct writeback *wb, struct wb_block *b,
     stats_add (C_WB_WRITTEN, b->staged.r[i].hi - b->staged.r[i].lo);
   /* Whatever a reader cached meanwhile is older than this. */
   cache_invalidate_all (lo, hi);
-  remove_block (wb, b);
+  remove_page (wb, b);
   return 0;
 }
 
-/* Write back every claimed block; the ones that fail stay claimed.
+/* Write back every claimed page; the ones that fail stay claimed.
  * 0, or -1 with *err set to the first error.
  */
 static int
 write_back_claimed (const struct io *io, struct wb_claim *c, int *err)
 {
-  struct wb_block **pp = &c->list;
+  struct wb_page **pp = &c->list;
   int r = 0, e = 0;
 
   while (*pp) {
-    struct wb_block *b = *pp, *after = b->claimed;
+    struct wb_page *b = *pp, *after = b->claimed;
 
     if (write_back (io, c->wb, b, &e) == 0)
       *pp = after;                /* b is gone */
@@ -425,14 +425,14 @@ write_back_claimed (const struct io *io, struct wb_claim *c, int *err)
   return r;
 }
 
-/* Lay the staged bytes of the claimed blocks over buf, which holds
+/* Lay the staged bytes of the claimed pages over buf, which holds
  * [offset, offset+count) as read from the plugin.
  */
 static void
 overlay (const struct wb_claim *c, char *buf, uint32_t count,
          uint64_t offset)
 {
-  const struct wb_block *b;
+  const struct wb_page *b;
   unsigned i;
 
   for (b = c->list; b; b = b->claimed)
@@ -445,7 +445,7 @@ overlay (const struct wb_claim *c, char *buf, uint32_t count,
 }
 
 /* A write went through to the plugin over [offset, offset+count):
- * the claimed blocks that are still staged take its bytes (src, or
+ * the claimed pages that are still staged take its bytes (src, or
  * zeros when src is NULL), so that their later write-back does not
  * undo it.
  */
@@ -453,7 +453,7 @@ static void
 patch (const struct wb_claim *c, const char *src, uint32_t count,
        uint64_t offset)
 {
-  const struct wb_block *b;
+  const struct wb_page *b;
 
   for (b = c->list; b; b = b->claimed) {
     uint64_t lo = MAX (b->off, offset);
@@ -520,7 +520,7 @@ writeback_clean (struct wb_conn *wc, const struct io *io,
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
 
-    /* Never wait: the caller may itself hold blocks in the range. */
+    /* Never wait: the caller may itself hold pages in the range. */
     if (busy_over (wb, lo, hi))
       return false;
     claim_over (&c, wb, lo, hi);
@@ -531,19 +531,19 @@ writeback_clean (struct wb_conn *wc, const struct io *io,
   return clean;
 }
 
-/* The blocks visible to wc created before upto, by sequence number
- * (blocks come and go while a drain runs; numbers are never reused).
+/* The pages visible to wc created before upto, by sequence number
+ * (pages come and go while a drain runs; numbers are never reused).
  * Lock held.  0, or -1 if there is no memory for the list.
  */
 static int
 snapshot (struct wb_conn *wc, uint64_t upto, uint64_t **seqs, size_t *n)
 {
-  struct wb_block *b;
+  struct wb_page *b;
   size_t i = 0;
 
   *n = 0;
   *seqs = NULL;
-  for (b = wc->wb->blocks; b; b = b->next)
+  for (b = wc->wb->pages; b; b = b->next)
     if (visible (b, wc) && b->seq < upto)
       (*n)++;
   if (*n == 0)
@@ -551,31 +551,31 @@ snapshot (struct wb_conn *wc, uint64_t upto, uint64_t **seqs, size_t *n)
   *seqs = malloc (*n * sizeof **seqs);
   if (*seqs == NULL)
     return -1;
-  for (b = wc->wb->blocks; b; b = b->next)
+  for (b = wc->wb->pages; b; b = b->next)
     if (visible (b, wc) && b->seq < upto)
       (*seqs)[i++] = b->seq;
   return 0;
 }
 
-/* The block numbered seq, NULL if it is gone.  Lock held. */
-static struct wb_block *
+/* The page numbered seq, NULL if it is gone.  Lock held. */
+static struct wb_page *
 find_seq (struct writeback *wb, uint64_t seq)
 {
-  struct wb_block *b;
+  struct wb_page *b;
 
-  for (b = wb->blocks; b; b = b->next)
+  for (b = wb->pages; b; b = b->next)
     if (b->seq == seq)
       return b;
   return NULL;
 }
 
-/* Claim the block numbered seq, waiting while another thread holds
+/* Claim the page numbered seq, waiting while another thread holds
  * it; false if it is gone (written back).  Lock held.
  */
 static bool
 claim_seq (struct wb_claim *c, struct writeback *wb, uint64_t seq)
 {
-  struct wb_block *b;
+  struct wb_page *b;
 
   while ((b = find_seq (wb, seq)) != NULL && b->busy)
     pthread_cond_wait (&wb->changed, &wb->lock);
@@ -584,11 +584,11 @@ claim_seq (struct wb_claim *c, struct writeback *wb, uint64_t seq)
   return b != NULL;
 }
 
-/* Write back every block visible to wc created before upto, each
+/* Write back every page visible to wc created before upto, each
  * tried once by this drain (however often other threads try it
- * meanwhile), waiting for blocks others hold.  0, or -1 with *err
+ * meanwhile), waiting for pages others hold.  0, or -1 with *err
  * set to the first error (also when there was no memory to list the
- * blocks: then nothing was tried).
+ * pages: then nothing was tried).
  */
 static int
 drain (struct wb_conn *wc, const struct io *io, uint64_t upto, int *err)
@@ -634,7 +634,7 @@ writeback_flush (struct wb_conn *wc, const struct io *io, int *err)
                 err);
 }
 
-/* Write back the oldest block visible to wc to make room; false if
+/* Write back the oldest page visible to wc to make room; false if
  * nothing could be written back.
  */
 static bool
@@ -642,16 +642,16 @@ evict_one (struct wb_conn *wc, const struct io *io)
 {
   struct writeback *wb = wc->wb;
   struct wb_claim c = { .wb = wb };
-  struct wb_block *b, *oldest = NULL;
+  struct wb_page *b, *oldest = NULL;
   bool freed;
   int e;
 
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
 
-    for (b = wb->blocks; b; b = b->next)
+    for (b = wb->pages; b; b = b->next)
       if (!b->busy && visible (b, wc))
-        oldest = b;                     /* new blocks go in front */
+        oldest = b;                     /* new pages go in front */
     if (oldest == NULL)
       return false;
     claim (&c, oldest);
@@ -661,16 +661,16 @@ evict_one (struct wb_conn *wc, const struct io *io)
   return freed;
 }
 
-/* A new staging block of len bytes at boff holding [lo, hi), linked
+/* A new staging page of len bytes at boff holding [lo, hi), linked
  * in (lock held); NULL if staging has no room.
  */
-static struct wb_block *
-new_block (struct wb_conn *wc, uint64_t boff, uint32_t len,
-           uint32_t lo, uint32_t hi)
+static struct wb_page *
+new_page (struct wb_conn *wc, uint64_t boff, uint32_t len,
+          uint32_t lo, uint32_t hi)
 {
   struct writeback *wb = wc->wb;
   char *mem = pool_get (POOL_STAGING, len);
-  struct wb_block *b;
+  struct wb_page *b;
 
   if (mem == NULL)
     return NULL;
@@ -679,23 +679,23 @@ new_block (struct wb_conn *wc, uint64_t boff, uint32_t len,
     pool_put (POOL_STAGING, mem, len);
     return NULL;
   }
-  *b = (struct wb_block) {
+  *b = (struct wb_page) {
     .owner = owner_for (wc), .off = boff, .len = len,
     .seq = __atomic_fetch_add (&staging.next_seq, 1, __ATOMIC_RELAXED),
     .staged = { .nr = 1, .r = { { lo, hi } } },
-    .buf = mem, .next = wb->blocks,
+    .buf = mem, .next = wb->pages,
   };
-  wb->blocks = b;
+  wb->pages = b;
   __atomic_add_fetch (&staging.staged_bytes, len, __ATOMIC_RELAXED);
   return b;
 }
 
-/* Write back block b, claimed, and let it go: true if it left
- * staging (a failure is logged, and the block stays staged).
+/* Write back page b, claimed, and let it go: true if it left
+ * staging (a failure is logged, and the page stays staged).
  */
 static bool
 write_back_now (const struct io *io, struct writeback *wb,
-                struct wb_block *b)
+                struct wb_page *b)
 {
   struct wb_claim c = { .wb = wb, .list = b };
   bool freed;
@@ -707,16 +707,16 @@ write_back_now (const struct io *io, struct writeback *wb,
   return freed;
 }
 
-/* The staged block of the export whose extent overlaps [lo, hi), if
- * any, whoever owns it.  Lock held.  Blocks never overlap each other
+/* The staged page of the export whose extent overlaps [lo, hi), if
+ * any, whoever owns it.  Lock held.  Pages never overlap each other
  * (stage_step).
  */
-static struct wb_block *
-block_over (struct writeback *wb, uint64_t lo, uint64_t hi)
+static struct wb_page *
+page_over (struct writeback *wb, uint64_t lo, uint64_t hi)
 {
-  struct wb_block *b;
+  struct wb_page *b;
 
-  for (b = wb->blocks; b; b = b->next)
+  for (b = wb->pages; b; b = b->next)
     if (b->off < hi && lo < b->off + b->len)
       return b;
   return NULL;
@@ -725,25 +725,25 @@ block_over (struct writeback *wb, uint64_t lo, uint64_t hi)
 /* What staging a write found it must do (stage_step). */
 enum stage_next {
   STAGED,                   /* done */
-  STAGED_WHOLE,             /* done, the block complete: send it */
-  SEND_FIRST,               /* the block has too many gaps: send it,
+  STAGED_WHOLE,             /* done, the page complete: send it */
+  SEND_FIRST,               /* the page has too many gaps: send it,
                                then try again */
   MAKE_ROOM,                /* staging is full: evict, then again */
   WRITE_THROUGH,            /* the write cannot be staged */
 };
 
-/* One try at staging [lo, hi) of the block at boff (len bytes, this
+/* One try at staging [lo, hi) of the page at boff (len bytes, this
  * connection's request size), under the export's lock, waiting while
- * the block is busy.  For STAGED_WHOLE and SEND_FIRST, *b is the block,
+ * the page is busy.  For STAGED_WHOLE and SEND_FIRST, *b is the page,
  * claimed.
  *
  * Connections of one export may be told different sizes (reshape-
  * size=auto: those made before and after it was learnt) and share
- * their blocks (multi-conn).  A block of another shape where this
- * one would be means writing through: staged in a block of its own,
- * a write would be written back in the order of the blocks, not of
- * the writes, and a block found by its offset alone may be shorter
- * than the write reaches.  A block another connection owns (no
+ * their pages (multi-conn).  A page of another shape where this
+ * one would be means writing through: staged in a page of its own,
+ * a write would be written back in the order of the pages, not of
+ * the writes, and a page found by its offset alone may be shorter
+ * than the write reaches.  A page another connection owns (no
  * multi-conn), or one a closed connection left, means writing
  * through too: after it, so that its later write-back cannot undo
  * this write.
@@ -751,13 +751,13 @@ enum stage_next {
 static enum stage_next
 stage_step (struct wb_conn *wc, uint64_t boff, uint32_t len,
             uint32_t lo, const char *buf, uint32_t count,
-            struct wb_block **b)
+            struct wb_page **b)
 {
   struct writeback *wb = wc->wb;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
 
   for (;;) {
-    *b = block_over (wb, boff, boff + len);
+    *b = page_over (wb, boff, boff + len);
     if (*b && ((*b)->off != boff || (*b)->len != len ||
                (*b)->owner != owner_for (wc)))
       return WRITE_THROUGH;
@@ -769,7 +769,7 @@ stage_step (struct wb_conn *wc, uint64_t boff, uint32_t len,
     (*b)->busy = true;
     return SEND_FIRST;
   }
-  if (*b == NULL && (*b = new_block (wc, boff, len, lo, lo + count)) == NULL)
+  if (*b == NULL && (*b = new_page (wc, boff, len, lo, lo + count)) == NULL)
     return MAKE_ROOM;
   memcpy ((*b)->buf + lo, buf, count);
   stats_add (C_WB_STAGED, count);
@@ -779,7 +779,7 @@ stage_step (struct wb_conn *wc, uint64_t boff, uint32_t len,
   return STAGED_WHOLE;
 }
 
-/* Stage [offset, offset+count), all within one block.  Returns true
+/* Stage [offset, offset+count), all within one page.  Returns true
  * if staged, false if it must be written through instead.
  */
 static bool
@@ -790,7 +790,7 @@ stage (struct wb_conn *wc, const struct io *io, const char *buf,
   const uint32_t len =
     MIN (boff + io->geo->size, io->geo->exportsize) - boff;
   bool evicted = false;
-  struct wb_block *b;
+  struct wb_page *b;
 
   assert (offset - boff + count <= len);
   for (;;) {
@@ -818,7 +818,7 @@ stage (struct wb_conn *wc, const struct io *io, const char *buf,
   }
 }
 
-/* A write that is not staged goes down after the staged blocks it
+/* A write that is not staged goes down after the staged pages it
  * overlaps, and is copied into those the plugin still refuses.
  */
 static int
@@ -882,7 +882,7 @@ drain_all (void *arg)
   return NULL;
 }
 
-/* The connection's blocks become the export's, so that its next
+/* The connection's pages become the export's, so that its next
  * connections see them and their flushes retry them (a client that
  * reconnects at once reads what it wrote).
  */
@@ -890,10 +890,10 @@ static void
 hand_over (struct wb_conn *wc)
 {
   struct writeback *wb = wc->wb;
-  struct wb_block *b;
+  struct wb_page *b;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
 
-  for (b = wb->blocks; b; b = b->next)
+  for (b = wb->pages; b; b = b->next)
     if (b->owner == wc)
       b->owner = NULL;
 }
@@ -933,14 +933,14 @@ writeback_close (struct wb_conn *wc, const struct io *io)
   shut_door (wc);
 }
 
-/* Has wb a block over [lo, hi)? */
+/* Has wb a page over [lo, hi)? */
 static bool
 has_over (struct writeback *wb, uint64_t lo, uint64_t hi)
 {
-  struct wb_block *b;
+  struct wb_page *b;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
 
-  for (b = wb->blocks; b; b = b->next)
+  for (b = wb->pages; b; b = b->next)
     if (overlaps (b, lo, hi))
       return true;
   return false;
@@ -973,7 +973,7 @@ give_back (struct wb_conn *wc)
   pthread_cond_broadcast (&wb->changed);
 }
 
-/* Write back wb's blocks over [lo, hi) through a connection of its
+/* Write back wb's pages over [lo, hi) through a connection of its
  * own export.  0, or -1 with *err set (those that failed stay
  * staged; with no connection to use, nothing is tried).
  */
@@ -998,7 +998,7 @@ write_back_elsewhere (struct writeback *wb, uint64_t lo, uint64_t hi,
   return r;
 }
 
-/* The other exports with blocks over [lo, hi), each referenced (put
+/* The other exports with pages over [lo, hi), each referenced (put
  * them back).  NULL if none, or if there is no memory (*err set).
  */
 static struct writeback **
@@ -1067,9 +1067,9 @@ give_up_all (struct writeback *wb)
 {
   uint64_t lost = 0;
 
-  while (wb->blocks) {
-    struct wb_block *b = wb->blocks;
-    wb->blocks = b->next;
+  while (wb->pages) {
+    struct wb_page *b = wb->pages;
+    wb->pages = b->next;
     lost += give_up (b);
   }
   return lost;

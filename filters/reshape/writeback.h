@@ -3,7 +3,7 @@
  * SPDX-License-Identifier: BSD-3-Clause
  *
  * Write-back combining (reshape-writeback=true): small writes staged
- * into whole blocks, with the semantics of a disk's volatile write
+ * into whole pages, with the semantics of a disk's volatile write
  * cache.
  */
 
@@ -16,8 +16,8 @@
 #include "io.h"
 #include "split.h"
 
-struct writeback;               /* one export's staged blocks */
-struct wb_block;
+struct writeback;               /* one export's staged pages */
+struct wb_page;
 
 /* The plugin's thread model: whether one connection's context may
  * serve another's request (write-back across export names).
@@ -26,7 +26,7 @@ extern void writeback_thread_model (int model);
 
 /* One export's staging, kept by its export (export.c finds it by
  * name); NULL with errno on failure.  Dropped when no connection uses
- * it, unless blocks are staged in it: false, and the export keeps it.
+ * it, unless pages are staged in it: false, and the export keeps it.
  */
 extern struct writeback *writeback_new (const char *name);
 extern bool writeback_drop (struct writeback *wb);
@@ -38,7 +38,7 @@ extern bool writeback_drop (struct writeback *wb);
  */
 extern bool writeback_shutdown (void);
 
-/* One connection's part: its identity as the owner of the blocks only
+/* One connection's part: its identity as the owner of the pages only
  * its flush covers (shared false: the plugin does not allow
  * multi-conn; every request of the export still sees them), and
  * whether it may stage at all (not over a plugin that cannot flush:
@@ -60,14 +60,14 @@ struct wb_conn {
 extern void writeback_open (struct wb_conn *wc, struct writeback *wb,
                             bool shared, bool may_stage,
                             const struct io *door);
-/* The connection is closing: its blocks become the export's, and
+/* The connection is closing: its pages become the export's, and
  * what it can see is written back, retrying.  What the plugin still
  * refuses stays staged for the export's later connections.
  */
 extern void writeback_close (struct wb_conn *wc, const struct io *io);
 
 /* A write: staged when small, else (and when staging is full) passed
- * down after the staged blocks it overlaps.  0, or -1 with *err set.
+ * down after the staged pages it overlaps.  0, or -1 with *err set.
  */
 extern int writeback_pwrite (struct wb_conn *wc, const struct io *io,
                              const void *buf, uint32_t count,
@@ -88,7 +88,7 @@ extern int writeback_flush (struct wb_conn *wc, const struct io *io,
                             int *err);
 
 /* Around any other request on [lo, hi): begin writes back the staged
- * blocks there; those the plugin refuses stay staged, held by the
+ * pages there; those the plugin refuses stay staged, held by the
  * claim until the request is done.  Then end_read lays their bytes
  * over what a read got (ok: the read succeeded), end_write copies
  * what was sent through into them (src NULL: zeros), release just
@@ -97,7 +97,7 @@ extern int writeback_flush (struct wb_conn *wc, const struct io *io,
  */
 struct wb_claim {
   struct writeback *wb;
-  struct wb_block *list;
+  struct wb_page *list;
   bool held;
   int err;
 };
@@ -110,7 +110,7 @@ extern void writeback_end_write (struct wb_claim *c, const void *src,
 extern void writeback_release (struct wb_claim *c);
 
 /* Is nothing staged in [lo, hi) any more, after writing back what no
- * request holds?  Never waits (the caller may hold blocks there).
+ * request holds?  Never waits (the caller may hold pages there).
  */
 extern bool writeback_clean (struct wb_conn *wc, const struct io *io,
                              uint64_t lo, uint64_t hi);
