@@ -16,13 +16,11 @@ import re
 import sys
 import time
 
+import cli
+
 USAGE = ("usage: http-server.py PORT FILE LATENCY-MS BANDWIDTH-MB\n"
          "Serves FILE over HTTP on 127.0.0.1:PORT like an object store; prints\n\"ready\" once it listens and runs until killed.  Writes nothing.")
-if sys.argv[1:2] in (["-h"], ["--help"]):
-    print(USAGE)
-    sys.exit(0)
-if len(sys.argv) != 5:
-    sys.exit(USAGE)
+cli.args(4, USAGE)
 
 port, path = int(sys.argv[1]), sys.argv[2]
 latency = float(sys.argv[3]) / 1000

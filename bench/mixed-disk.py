@@ -14,13 +14,11 @@
 import random
 import sys
 
+import cli
+
 USAGE = ("usage: mixed-disk.py SIZE-MB SEED > FILE\n"
          "Writes SIZE-MB of mixed raw content to stdout (a second or two per\n100M); the same bytes for the same SIZE and SEED.")
-if sys.argv[1:2] in (["-h"], ["--help"]):
-    print(USAGE)
-    sys.exit(0)
-if len(sys.argv) != 3:
-    sys.exit(USAGE)
+cli.args(2, USAGE)
 
 size = int(sys.argv[1]) << 20
 rng = random.Random(int(sys.argv[2]))

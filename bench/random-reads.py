@@ -4,13 +4,11 @@
 import random
 import sys
 
+import cli
+
 USAGE = ("usage: random-reads.py URI COUNT DEPTH\n"
          "COUNT random aligned 4K reads of the NBD export at URI, DEPTH in\nflight.  Writes nothing; runs until the reads are done.")
-if sys.argv[1:2] in (["-h"], ["--help"]):
-    print(USAGE)
-    sys.exit(0)
-if len(sys.argv) != 4:
-    sys.exit(USAGE)
+cli.args(3, USAGE)
 
 import nbd
 

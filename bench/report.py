@@ -8,13 +8,11 @@ import re
 import statistics
 import sys
 
+import cli
+
 USAGE = ("usage: report.py DIR\n"
          "Reads bench/accel.sh's JSON and call counts in DIR; rewrites the\ngenerated sections of DIR/README.md and DIR/accel.svg, DIR/sweep.svg.\nTakes a second.")
-if sys.argv[1:2] in (["-h"], ["--help"]):
-    print(USAGE)
-    sys.exit(0)
-if len(sys.argv) != 2:
-    sys.exit(USAGE)
+cli.args(1, USAGE)
 
 d = sys.argv[1]
 TITLES = {

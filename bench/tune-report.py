@@ -16,13 +16,11 @@ import json
 import os
 import sys
 
+import cli
+
 USAGE = ("usage: tune-report.py DIR\n"
          "Reads bench/tune.sh's JSON in DIR; writes DIR/README.md and\nDIR/../tune.svg.  Takes a second.")
-if sys.argv[1:2] in (["-h"], ["--help"]):
-    print(USAGE)
-    sys.exit(0)
-if len(sys.argv) != 2:
-    sys.exit(USAGE)
+cli.args(1, USAGE)
 
 d = sys.argv[1]
 PLUGINS = ["lat1", "objstore", "clu64k", "clu2m", "zero", "serial",

@@ -3,13 +3,11 @@
 # back to back over TOTAL bytes, each filled with its own byte value,
 # then everything read back and checked.  Exits non-zero on bad data.
 import sys
+
+import cli
 USAGE = ("usage: unaligned-writes.py URI SIZE TOTAL DEPTH\n"
          "SIZE-byte writes over TOTAL bytes of the NBD export at URI, DEPTH in\nflight, then reads them back and checks them (exit 1 on bad data).\nWrites to the export only.")
-if sys.argv[1:2] in (["-h"], ["--help"]):
-    print(USAGE)
-    sys.exit(0)
-if len(sys.argv) != 5:
-    sys.exit(USAGE)
+cli.args(4, USAGE)
 
 import nbd
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every benchmark script answers --help with its usage and exits 0
+# Every benchmark script (the executable files) answers --help with its usage and exits 0
 # without building, running or writing anything.
 source "$srcdir/functions.sh"
 requires /usr/bin/python3 --version
@@ -10,6 +10,7 @@ touch "$tmp/stamp"
 sleep 1
 n=0
 for f in "$bench"/*.sh "$bench"/*.py; do
+  [ -x "$f" ] || continue               # a module (cli.py), not a script
   case $f in
     *.sh) out=$(cd "$tmp" && bash "$f" --help) ;;
     *.py) out=$(cd "$tmp" && /usr/bin/python3 "$f" --help) ;;
