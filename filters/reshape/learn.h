@@ -33,7 +33,7 @@ extern uint64_t size_class_bytes (unsigned c);
 enum learn_state {
   LEARN_NONE,               /* nothing yet: no stream of small reads */
   LEARN_LADDER,             /* trying grains of growing size */
-  LEARN_KNOWN,              /* learnt: sizes published */
+  LEARN_KNOWN,              /* learnt: sizes adopted */
   LEARN_RECHECK,            /* learnt, and trying the knee once more */
 };
 
@@ -155,7 +155,7 @@ extern void learn_record (struct learn *l, enum learn_dir d, uint64_t bytes,
 extern void learn_fetch (struct learn *l, uint32_t count, unsigned in_flight,
                          uint64_t cap, struct learn_fetch *f);
 /* A sample handed out by learn_fetch took ns (0: lost).  True if what
- * is learnt changed (published, or learnt anew); then why says what.
+ * is learnt changed (adopted, or learnt anew); then why says what.
  * note holds the rung's judgment, if one was made (else "").
  */
 extern bool learn_sample (struct learn *l, const struct learn_fetch *f,
