@@ -349,6 +349,33 @@ cache_holds (struct cache *c, uint64_t lo, uint64_t hi)
   return true;
 }
 
+/* Narrow [*lo, *hi) to the gap around [read_lo, read_hi) that r, held
+ * or being filled, leaves.
+ */
+static void
+gap_narrow (uint64_t r_lo, uint64_t r_hi, uint64_t read_lo,
+            uint64_t read_hi, uint64_t *lo, uint64_t *hi)
+{
+  if (r_hi <= read_lo && r_hi > *lo)
+    *lo = r_hi;
+  else if (r_lo >= read_hi && r_lo < *hi)
+    *hi = r_lo;
+}
+
+void
+cache_gap (struct cache *c, uint64_t read_lo, uint64_t read_hi,
+           uint64_t *lo, uint64_t *hi)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
+  const struct cache_entry *e;
+  const struct cache_fill *f;
+
+  for (e = c->entries; e; e = e->next)
+    gap_narrow (e->off, e->off + e->len, read_lo, read_hi, lo, hi);
+  for (f = c->fills; f; f = f->next)
+    gap_narrow (f->lo, f->hi, read_lo, read_hi, lo, hi);
+}
+
 bool
 cache_wait_fill (struct cache *c, uint64_t lo, uint64_t hi)
 {

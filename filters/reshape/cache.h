@@ -66,6 +66,13 @@ extern void cache_ask_end (struct cache *c, struct cache_ask *ask);
 /* Does the cache hold [lo, hi) whole, or is a fill of it in progress? */
 extern bool cache_holds (struct cache *c, uint64_t lo, uint64_t hi);
 
+/* Narrow [*lo, *hi), around the read [read_lo, read_hi), to the gap
+ * the cache neither holds nor is filling: a fill never reads again
+ * what the cache has.
+ */
+extern void cache_gap (struct cache *c, uint64_t read_lo, uint64_t read_hi,
+                       uint64_t *lo, uint64_t *hi);
+
 /* If a fill in progress covers [lo, hi), wait for it to end (then
  * cache_read may hit); true if there was one.
  */

@@ -146,12 +146,19 @@ repeats_last (const struct stream *s, const struct read_req *rq)
  */
 static uint32_t
 next_window (struct stream *s, const struct geometry *geo, uint32_t cap,
-             uint32_t count, bool continues, bool waits)
+             uint32_t count, bool near, bool continues, bool waits)
 {
   uint32_t size = 0;
 
-  if (!continues)
-    s->latency = UINT64_MAX;            /* a new stream: time it anew */
+  /* A read elsewhere starts a new stream, timed anew.  One near the
+   * stream but not where it ended (a client's reads in flight served
+   * out of order, or several parts of the disk read at once) neither
+   * grows the window nor loses it.
+   */
+  if (!near)
+    s->latency = UINT64_MAX;
+  else if (!continues)
+    return 0;
   else if (count < geo->size && waits && s->latency != UINT64_MAX &&
            s->latency >= PLUGIN_SLOW_NS)
     size = MIN (s->window ? s->window * 2 : geo->size, cap);
@@ -190,7 +197,8 @@ stream_begin (struct stream *s, const struct geometry *geo,
   v->in_flight = s->in_flight;
   s->last = rq->offset;
   s->next = rq->offset + rq->count;
-  v->window = next_window (s, geo, cap, rq->count, continues, waits);
+  v->window = next_window (s, geo, cap, rq->count, v->in_stream, continues,
+                           waits);
 }
 
 static void
@@ -376,6 +384,14 @@ window_read (struct stream *s, struct cache *cache, const struct io *io,
   lo = ROUND_DOWN (rq->offset, MAX (geo->min, grain));
   hi = MAX (lo + size, ROUND_UP (rq->offset + rq->count, geo->min));
   hi = MIN (hi, geo->exportsize);
+  /* Around the read, what the cache has is not read again: when
+   * several parts of the disk are read at once, windows meet.
+   */
+  cache_gap (cache, rq->offset, rq->offset + rq->count, &lo, &hi);
+  lo = MIN (ROUND_UP (lo, geo->min), ROUND_DOWN (rq->offset, geo->min));
+  hi = MAX (ROUND_DOWN (hi, geo->min),
+            MIN (ROUND_UP (rq->offset + rq->count, geo->min),
+                 geo->exportsize));
   if (fill_begin (cache, &f, lo, hi, rq))
     r = fill_read (cache, io, &f, rq, NULL, &result, err);
   else
