@@ -129,20 +129,18 @@ enum {
   R_CUT = 8,        /* qemu-img reads 2M, 8 at a time: a fixed 1M cuts them
                        into calls in parallel, the default cuts nothing
                        before it has learnt */
-  R_RUNGS = 16,     /* the learning's grains start at the read's size and
-                       grow rung by rung over the first reads */
-  R_WINDOW = 32,    /* over a serialized plugin (which shows the filter
+  R_WINDOW = 16,    /* over a serialized plugin (which shows the filter
                        one read at a time) a window starts at the
                        request size again whenever the chunks read at
                        once take the stream elsewhere, where a fixed 8M
                        starts there */
-  R_FAST = 64,      /* over a fast plugin the learning's grains for the
+  R_FAST = 32,      /* over a fast plugin the learning's grains for the
                        extents' stream cost more than they save */
 };
 static const char *reasons[] = {
   "the guessed preferred size", "samples fetched alone",
-  "writes learnt late", "no cut before learnt", "grain grows by rungs",
-  "windows regrow", "fast plugin, learning costs",
+  "writes learnt late", "no cut before learnt", "windows regrow",
+  "fast plugin, learning costs",
 };
 
 /* The cells where the default misses a goal (issue 40's ground), each
@@ -156,22 +154,16 @@ static const struct {
 } known[] = {
   { "lat1", "nbdcopy4k", 1.02, 1.45, R_GUESS },
   { "lat1", "convert-to", 1.02, 1.30, R_WRITES },
-  { "lat1", "naive", 1.02, 1.51, R_RUNGS },
   { "objstore", "nbdcopy4k", 1.02, 1.38, R_GUESS },
   { "objstore", "convert-from", 1.02, 1.45, R_CUT },
-  { "objstore", "naive", 1.02, 1.37, R_RUNGS },
   { "par15", "nbdcopy4k", 1.02, 1.33, R_GUESS },
   { "par15", "convert-from", 1.02, 1.40, R_CUT },
-  { "par15", "naive", 1.02, 1.31, R_RUNGS },
   { "http8", "nbdcopy4k", 1.02, 1.33, R_GUESS },
   { "http8", "convert-from", 1.02, 1.46, R_CUT },
-  { "http8", "naive", 1.02, 1.38, R_RUNGS },
   { "slow", "nbdcopy4k", 1.02, 1.26, R_GUESS },
   { "slow", "convert-from", 1.02, 1.28, R_CUT },
   { "slow", "convert-to", 1.02, 1.87, R_WRITES },
   { "disk", "qcow2http", 1.58, 1.58, R_FAST },
-  { "disk", "naive", 1.02, 1.32, R_RUNGS },
-  { "clu64k", "naive", 1.02, 1.51, R_RUNGS },
   { "serial20", "nbdcopy4k", 1.02, 1.69, R_GUESS },
   { "serial20", "convert-from", 1.02, 1.46, R_CUT },
   { "serial20", "convert-to", 1.02, 1.71, R_WRITES },

@@ -165,9 +165,20 @@ cut_own (struct cut *choices, struct tune *t, uint64_t count, uint32_t max)
   double gain;
 
   /* Only the model's: nothing measures how the filter's own reads
-   * fare cut.
+   * fare cut.  Before there is one, pieces of GUESS_PREFERRED (2M),
+   * one per lane: a window is read only from a plugin measured slow,
+   * and its client waits for all of it, while no piece of an aligned
+   * fill splits a cluster (a qcow2's are at most 2M).
    */
-  if (tune_model (t, &m) != 1 || count < 2 * m.grain)
+  switch (tune_model (t, &m)) {
+  case 0:
+    if (lanes (choices) > 1 && count >= 2 * GUESS_PREFERRED)
+      return MIN (GUESS_PREFERRED, max);
+    return MIN (count, max);
+  case -1:
+    return MIN (count, max);
+  }
+  if (count < 2 * m.grain)
     return MIN (count, max);
   cut = best_cut (lanes (choices), &m, count, max, &gain);
   return gain >= CUT_GAIN ? cut : MIN (count, max);

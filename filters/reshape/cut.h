@@ -37,9 +37,10 @@ extern uint32_t cut_begin (struct cut *choices, struct tune *t,
 extern void cut_end (struct cut *choices, enum learn_dir d,
                      const struct cut_choice *c, bool ok);
 
-/* Where to cut a read the filter makes itself (a run of grains): no
- * client chose its size, so the learnt model alone decides, with no
- * exploring.  Returns the step; count: whole.
+/* Where to cut a read the filter makes itself (a window, a run of
+ * grains): no client chose its size, so the learnt model alone
+ * decides, with no exploring (before it, 2M pieces in parallel).
+ * Returns the step; count: whole.
  */
 extern uint64_t cut_own (struct cut *choices, struct tune *t, uint64_t count,
                          uint32_t max);
