@@ -138,11 +138,11 @@ repeats_last (const struct stream *s, const struct read_req *rq)
   return rq->offset >= s->last && rq->offset + rq->count <= s->next;
 }
 
-/* The window for a read of count bytes (lock held): a read that does
- * not continue the stream starts it anew; one that does, in a stream
- * of reads that each came alone, over a plugin whose direct reads in
- * this stream took PLUGIN_SLOW_NS or more, gets a window twice the
- * last, from the request size up to cap.
+/* The window for a read of count bytes (lock held): a read that
+ * continues the stream where it ended, in a stream of reads that each
+ * came alone, over a plugin whose direct reads in this stream took
+ * PLUGIN_SLOW_NS or more, gets a window twice the last, from the
+ * request size up to cap.
  */
 static uint32_t
 next_window (struct stream *s, const struct geometry *geo, uint32_t cap,
