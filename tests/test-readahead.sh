@@ -134,3 +134,39 @@ for o in $(sed -n 's/.* Read id=[0-9]* offset=\(0x[0-9a-f]*\) .*/\1/p' \
 done
 echo "cache request of 2M, then 32 reads there: $n plugin reads there"
 test "$n" -le 2 || fail "the cache request did not fill the cache ($n reads)"
+
+# Several parts of the disk read at once over a plugin that serializes
+# requests (qemu-img reading a compressed qcow2 over curl on nbdkit
+# 1.32: 8 chunks in flight, each read as its clusters' extents, 8 at
+# a time, contiguous in the file).  nbdkit hands the filter one read
+# at a time, in the order they came: 8 extents of one chunk, then 8 of
+# the next.  So the chunks look like one waiting client whose stream
+# jumps between them, and windows must neither restart at each jump
+# nor read again what another chunk's window holds: the plugin reads
+# little more than the client, in few reads.
+nbdkit -U - --filter="$FILTER" "$MODEL" size=64M latency=2ms \
+  bandwidth=200M serialize=true reshape-stats="$tmp/stats.json" \
+  --run '/usr/bin/python3 -c "
+import nbd, random, sys
+h = nbd.NBD(); h.connect_uri(sys.argv[1])
+rng = random.Random(1)
+ext = [256 << 10]                   # extents of 8K-40K, contiguous
+while ext[-1] < (48 << 20):
+    ext.append(ext[-1] + 512 * rng.randint(16, 80))
+chunks = (len(ext) - 1) // 32
+for g in range(0, chunks - 8, 8):   # 8 chunks of 32 extents at once
+    for r in range(4):              # each 8 extents at a time
+        for c in range(g, g + 8):
+            for k in range(c * 32 + r * 8, c * 32 + r * 8 + 8):
+                buf = h.pread(ext[k + 1] - ext[k], ext[k])
+                assert buf == bytes(len(buf)), k
+print(\"read %d chunks of 32 extents, 8 chunks at once\" % chunks)
+" "$uri"' || fail "chunks read at once"
+client=$(stat_of "$tmp/stats.json" ops.pread.client.bytes)
+plugin=$(stat_of "$tmp/stats.json" ops.pread.plugin.bytes)
+calls=$(stat_of "$tmp/stats.json" ops.pread.plugin.requests)
+echo "8 chunks at once, serialized plugin: client $client bytes," \
+     "plugin $plugin bytes in $calls reads"
+test "$plugin" -le $((client + client / 10)) ||
+  fail "windows read again what the cache held ($plugin bytes)"
+test "$calls" -le 100 || fail "windows restarted at each jump ($calls reads)"
