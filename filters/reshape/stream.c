@@ -375,6 +375,8 @@ window_read (struct stream *s, struct cache *cache, const struct io *io,
 {
   const struct geometry *geo = io->geo;
   const uint32_t grain = io->tune ? tune_grain (io->tune) : 0;
+  const uint64_t read_hi = MIN (ROUND_UP (rq->offset + rq->count, geo->min),
+                                geo->exportsize);
   enum fill_result result = FILL_LOST;
   struct cache_fill f;
   uint64_t lo, hi;
@@ -389,9 +391,10 @@ window_read (struct stream *s, struct cache *cache, const struct io *io,
    */
   cache_gap (cache, rq->offset, rq->offset + rq->count, &lo, &hi);
   lo = MIN (ROUND_UP (lo, geo->min), ROUND_DOWN (rq->offset, geo->min));
-  hi = MAX (ROUND_DOWN (hi, geo->min),
-            MIN (ROUND_UP (rq->offset + rq->count, geo->min),
-                 geo->exportsize));
+  hi = MAX (ROUND_DOWN (hi, geo->min), read_hi);
+  /* Nothing left to read ahead: no fill, no copy. */
+  if (lo == ROUND_DOWN (rq->offset, geo->min) && hi == read_hi)
+    return pass_down (cache, io, rq, err);
   if (fill_begin (cache, &f, lo, hi, rq))
     r = fill_read (cache, io, &f, rq, NULL, &result, err);
   else
