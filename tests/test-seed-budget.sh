@@ -53,11 +53,19 @@ test $((client * 4)) -le $((clusters * 5)) ||
 
 # Told 256K: the reads in flight ask for what a fill reads beyond the
 # first; the budget must not refuse those fills.
-if have_filter blocksize-policy; then
+# The unasked bytes' bound holds on every try (copy fails); how many
+# fills are refused rests on what the learning found, which is timed:
+# a run under the load of distcheck refused 120 once (functions.sh:
+# tries).
+told_256k ()
+{
   copy blocksize-policy blocksize-preferred=256K
   test $((plugin * 4)) -le "$client" ||
-    fail "$plugin plugin reads for $client client reads"
-  test "$refused" -le 64 || fail "the budget refused $refused fills"
+    miss "$plugin plugin reads for $client client reads" || return
+  test "$refused" -le 64 || miss "the budget refused $refused fills"
+}
+if have_filter blocksize-policy; then
+  tries told_256k
 else
   without "256K reads" "no blocksize-policy filter"
 fi
