@@ -40,26 +40,27 @@ copy ()                  # [FILTER-ABOVE KEY=VALUE]
   bound=$((client_bytes / 20 + 16 * 1024 * 1024))
   echo "${1:-default}: client reads $client, plugin reads $plugin," \
        "fills refused $refused, unasked $unasked (at most $bound)"
-  # Each cluster fetched about once, whatever the client's size.
-  test $((plugin * 4)) -le $((clusters * 5)) ||
-    fail "$plugin plugin reads for $clusters clusters: decoded again"
   test "$unasked" -le "$bound" || fail "$unasked unasked bytes"
 }
+# Each cluster fetched about once, whatever the client's size.
+once () { test $((plugin * 4)) -le $((clusters * 5)); }
 
 # What the filter tells: nbdcopy reads whole clusters.
 copy
+once || fail "$plugin plugin reads for $clusters clusters: decoded again"
 test $((client * 4)) -le $((clusters * 5)) ||
   fail "nbdcopy sent $client reads: not told 2M"
 
 # Told 256K: the reads in flight ask for what a fill reads beyond the
 # first; the budget must not refuse those fills.
 # The unasked bytes' bound holds on every try (copy fails); how many
-# fills are refused rests on what the learning found, which is timed:
-# a run under the load of distcheck refused 120 once (functions.sh:
-# tries).
+# plugin reads and refused fills there are rests on what the learning
+# found, which is timed: under make -j2 one run refused 358 fills and
+# read 520 times (functions.sh: tries).
 told_256k ()
 {
   copy blocksize-policy blocksize-preferred=256K
+  once || miss "$plugin plugin reads for $clusters clusters" || return
   test $((plugin * 4)) -le "$client" ||
     miss "$plugin plugin reads for $client client reads" || return
   test "$refused" -le 64 || miss "the budget refused $refused fills"
