@@ -278,7 +278,7 @@ large.flush()
 print("writes through blocks of two sizes: each read back")
 PYEOF
 start_server "$tmp/shapes.sock" "$tmp/shapes.pid" --filter="$FILTER" \
-  "$MODEL" size=64M latency=2ms bandwidth=400M reshape-writeback=true
+  "$MODEL" size=64M latency=1ms bandwidth=400M reshape-writeback=true
 /usr/bin/python3 "$tmp/shapes.py" "$tmp/shapes.sock" \
   "$srcdir/stream-reads.py" ||
   fail "write-back across connections told different sizes"

@@ -5,30 +5,24 @@
  *
  * Each cell is a plugin (latency, bandwidth, compressed clusters
  * decoded whole, parallel or serializing requests, a noisy machine, a
- * slow start) and a client's stream of small reads (its size, how
- * many misses pass before a sample's time comes back).  The stream's
- * misses go through learn_fetch exactly as stream.c
- * send them: a sample's plugin call is timed by the model, every call
- * is recorded (learn_record), and the sample's time is handed back
- * (learn_sample) some misses later.  No clock, no thread: the same
- * seed gives the same run.
+ * slow start) and a client's stream of small reads.  The stream's
+ * misses go through learn_grain exactly as stream.c sends them, and
+ * every plugin call is timed by the model and recorded (learn_record).
+ * No clock, no thread: the same seed gives the same run.
  *
- * What must hold in every cell, once its stream has gone on long
- * enough (the knee is tried again after RECHECK_AFTER misses):
- *   - it is learnt, within a bounded number of misses;
- *   - a plugin without latency is learnt to be fast;
- *   - the grain G is flat and 2G is not (by the model's own costs,
- *     with the learning's line: KNEE, or per byte over a plugin that
- *     serializes requests), give or take the noise; or G is the
- *     largest block tried;
+ * What must hold in every cell:
+ *   - the stream's first miss goes as it is (nothing fetched before a
+ *     read is timed), and it is known once GUESS_CALLS grains have
+ *     been timed;
+ *   - a plugin without latency is known to be fast, and gets no grain;
+ *   - the grain G is GUESS_PREFERRED where that costs under KNEE reads
+ *     (by the model's own costs, give or take the noise), else the
+ *     largest power of 2 whose transfer takes at most twice a read's
+ *     time (within a factor of 2);
  *   - after a slow start (the first 30 calls ten times slower): the
- *     same, but a grain past the knee is counted, not failed (the
- *     learning leans to flat by design: a pair whose base read was
- *     slowed and whose block was not looks flat, and only a knee is
- *     tried again), and so is a parallel plugin judged busy, every
- *     rung flat up to the largest block (once grains serve the
- *     stream, no read of its own size is timed again to tell
- *     otherwise);
+ *     same, but a grain off the rule is counted, not failed (the
+ *     read's time, taken while slow, is not timed again once grains
+ *     serve the stream);
  *   - the preferred size is a power of 2, at least G, at most
  *     PREFERRED_CAP, and within a factor of 2 of L B / 2 (2 L B when
  *     serialized) from the model's own latency and bandwidth (with
@@ -63,7 +57,6 @@ struct plugin {
 struct cell {
   struct plugin p;
   uint32_t read;                /* the client's read size */
-  unsigned lag;                 /* misses before a sample comes back */
 };
 
 static unsigned long long rng;
@@ -102,71 +95,6 @@ call (const struct plugin *p, uint64_t off, uint64_t s)
   return ns < 1 ? 1 : (uint64_t) ns;
 }
 
-/* A sample handed out, and when its time comes back. */
-struct pending {
-  struct learn_fetch f;
-  uint64_t ns;
-  unsigned due;
-};
-
-struct run {
-  unsigned misses;              /* until learnt, the last time */
-};
-
-/* The stream: n misses of c->read bytes.  The reads a fetched block
- * holds are hits, so the next miss is past the block.
- */
-static void
-stream (struct learn *l, const struct cell *c, unsigned n, struct run *r)
-{
-  struct pending q[64];
-  unsigned nq = 0, i, j;
-  uint64_t off = 0;
-
-  memset (r, 0, sizeof *r);
-  for (i = 0; i < n; i++) {
-    struct learn_fetch f;
-    uint64_t size, at, ns;
-
-    learn_fetch (l, c->read, c->lag + 1, 64 << 20, &f);
-    size = f.size ? f.size : c->read;
-    at = f.size ? off / f.size * f.size : off;
-    ns = call (&c->p, at, size);
-    learn_record (l, LEARN_READ, size, ns);
-    off = at + size;
-    if (f.rung && nq < 64)
-      q[nq++] = (struct pending) { .f = f, .ns = ns, .due = i + c->lag };
-    /* Samples whose time is back, in the order they finish. */
-    for (j = 0; j < nq;)
-      if (q[j].due <= i) {
-        if (learn_sample (l, &q[j].f, q[j].ns))
-          r->misses = i + 1;
-        q[j] = q[--nq];
-      }
-      else
-        j++;
-  }
-}
-
-static double
-line (const struct plugin *p, uint64_t block, uint32_t read)
-{
-  double per_byte = PER_BYTE_KNEE * block / read;
-
-  if (!p->serialize)
-    return KNEE;
-  return per_byte > KNEE ? per_byte : KNEE;
-}
-
-/* The ratio of a block's cost to the read's, as the pairs see it: the
- * block aligned on itself, the read inside it.
- */
-static double
-ratio (const struct plugin *p, uint64_t block, uint32_t read)
-{
-  return cost (p, 0, block) / cost (p, 0, read);
-}
-
 static int verbose;
 static unsigned failures, gaps;
 static bool slow_start;         /* the cell's first calls are slow */
@@ -175,128 +103,150 @@ static void
 failed (const char *name, const struct learn *l, const char *what)
 {
   failures++;
-  printf ("FAIL %s: %s (learnt: %s)\n", name, what, l->why);
+  printf ("FAIL %s: %s (known: %s)\n", name, what, l->why);
+}
+
+/* The stream: n misses of c->read bytes.  The reads a fetched grain
+ * holds are hits, so the next miss is past the grain.  Returns the
+ * misses until known (n + 1: never); *first: the first miss's grain.
+ */
+static unsigned
+stream (struct learn *l, const struct cell *c, unsigned n, uint32_t *first)
+{
+  unsigned i, known = n + 1;
+  uint64_t off = 0;
+
+  for (i = 0; i < n; i++) {
+    const uint32_t g = learn_grain (l, c->read, 64 << 20);
+    const uint64_t size = g ? g : c->read;
+    const uint64_t at = g ? off / g * g : off;
+
+    if (i == 0)
+      *first = g;
+    learn_record (l, LEARN_READ, size, call (&c->p, at, size));
+    off = at + size;
+    if (known > n && learn_known (l))
+      known = i + 1;
+  }
+  return known;
+}
+
+/* The grain the rule gives by the model's own costs. */
+static uint64_t
+want_grain (const struct plugin *p, uint32_t read)
+{
+  const double r = cost (p, 0, read), g = cost (p, 0, GUESS_PREFERRED);
+  const double npb = (g - r) / (GUESS_PREFERRED - read);
+  uint64_t w = 4096;
+
+  if (g <= KNEE * r)
+    return GUESS_PREFERRED;
+  while (2 * w <= 2 * r / npb && w < GUESS_PREFERRED)
+    w *= 2;
+  return w;
+}
+
+/* Off the rule: a slow start's is a gap, any other a failure. */
+static void
+off_rule (const char *name, const struct learn *l, const char *what)
+{
+  if (!slow_start) {
+    failed (name, l, what);
+    return;
+  }
+  gaps++;
+  if (verbose)
+    printf ("GAP %s: %s\n", name, what);
+}
+
+static void
+check_sizes (const char *name, const struct cell *c, const struct learn *l)
+{
+  const double tol = 1 + 3 * c->p.noise + 0.05;
+  const uint32_t grain = l->sizes.grain;
+  const double r = cost (&c->p, 0, c->read);
+  const double g2 = cost (&c->p, 0, GUESS_PREFERRED);
+  const uint64_t want = want_grain (&c->p, c->read);
+  double per_byte;
+  uint64_t lb;
+
+  /* Near the knee, either side is the rule within the noise. */
+  if (g2 > KNEE * r * tol || g2 * tol < KNEE * r) {
+    if (grain > 2 * want || 2 * (uint64_t) grain < want)
+      off_rule (name, l, "the grain is off the rule");
+  }
+  if (l->sizes.preferred < grain || l->sizes.preferred > PREFERRED_CAP ||
+      (l->sizes.preferred & (l->sizes.preferred - 1)))
+    failed (name, l, "preferred size out of bounds");
+  if (l->learnt.ns_per_byte == 0)
+    return;
+  per_byte = 1 / c->p.bw;
+  if (c->p.cluster)
+    per_byte += c->p.decode_ns * 1e-9 / c->p.cluster;
+  lb = c->p.lat_ns * 1e-9 / per_byte * (c->p.serialize ? 2 : 0.5);
+  lb = MIN (MAX (lb, grain), PREFERRED_CAP);
+  /* Clusters bend the line through two points: a factor of 4. */
+  if (l->sizes.preferred > 4 * lb * tol || l->sizes.preferred * 4 * tol < lb)
+    off_rule (name, l, "preferred size far from L B");
 }
 
 static void
 check (const char *name, const struct cell *c)
 {
   struct learn l = { .min = 4096, .parallel = !c->p.serialize };
-  struct run r;
-  const double tol = 1 + 3 * c->p.noise + 0.05;
-  uint64_t want;
+  const bool fast = cost (&c->p, 0, c->read) < PLUGIN_SLOW_NS;
+  uint32_t first;
+  unsigned known;
 
   learn_forget (&l);
   calls = 0;
-  stream (&l, c, 600, &r);
+  known = stream (&l, c, 100, &first);
   if (verbose)
-    printf ("%-44s misses %3u: %s\n", name, r.misses, l.why);
-  if (!learn_known (&l)) {
-    failed (name, &l, "nothing learnt in 600 misses");
+    printf ("%-44s known at %3u: %s\n", name, known, l.why);
+  if (first)
+    failed (name, &l, "the first miss fetched a grain");
+  if (known > GUESS_CALLS + 2) {
+    failed (name, &l, "not known once GUESS_CALLS grains were timed");
     return;
   }
-  if (r.misses > 2 * WARMUP + 8 * 2 * PAIRS + RECHECK_AFTER + 2 * PAIRS * 3)
-    failed (name, &l, "learnt too late");
-  if (cost (&c->p, 0, c->read) < PLUGIN_SLOW_NS / 2) {
-    if (!l.learnt.fast)
-      failed (name, &l, "a plugin without latency not learnt fast");
-    return;
-  }
+  if (fast != l.learnt.fast &&
+      fabs (cost (&c->p, 0, c->read) - PLUGIN_SLOW_NS) >
+      (c->p.noise + 0.05) * PLUGIN_SLOW_NS)
+    off_rule (name, &l, fast ? "a plugin without latency not known fast"
+                             : "a plugin with latency known fast");
   if (l.learnt.fast) {
-    if (cost (&c->p, 0, c->read) > 2 * PLUGIN_SLOW_NS)
-      failed (name, &l, "a plugin with latency learnt fast");
+    if (learn_grain (&l, c->read, 64 << 20))
+      failed (name, &l, "grains for a fast plugin");
     return;
   }
-  if (slow_start && l.learnt.queued && !c->p.serialize) {
-    gaps++;
-    if (verbose)
-      printf ("GAP %s: judged busy after its slow start\n", name);
-    return;
-  }
-  {
-    const uint32_t grain = l.sizes.grain;
-    const double rg = ratio (&c->p, grain, c->read);
-    const double r2 = ratio (&c->p, 2 * (uint64_t) grain, c->read);
-
-    if (grain > c->read && rg >= line (&c->p, grain, c->read) * tol) {
-      if (slow_start) {
-        gaps++;
-        if (verbose)
-          printf ("GAP %s: the grain past the knee\n", name);
-      }
-      else
-        failed (name, &l, "the grain is past the knee");
-    }
-    if (2 * (uint64_t) grain <= LADDER_MAX &&
-        r2 < line (&c->p, 2 * (uint64_t) grain, c->read) / tol)
-      failed (name, &l, "twice the grain is flat too");
-    if (l.sizes.preferred < grain || l.sizes.preferred > PREFERRED_CAP ||
-        (l.sizes.preferred & (l.sizes.preferred - 1)))
-      failed (name, &l, "preferred size out of bounds");
-    /* L B / 2 (2 L B serialized) from the model, where the learning
-     * measured a slope.
-     */
-    if (l.learnt.ns_per_byte > 0) {
-      double per_byte = 1 / c->p.bw;
-      if (c->p.cluster)
-        per_byte += c->p.decode_ns * 1e-9 / c->p.cluster;
-      want = c->p.lat_ns * 1e-9 / per_byte * (c->p.serialize ? 2 : 0.5);
-      if (want < grain)
-        want = grain;
-      if (want > PREFERRED_CAP)
-        want = PREFERRED_CAP;
-      if (l.sizes.preferred > 2 * want * tol ||
-          l.sizes.preferred * 2 * tol < want)
-        failed (name, &l, "preferred size far from L B");
-    }
-  }
+  check_sizes (name, c, &l);
 }
 
-/* Once learnt, over a parallel plugin that is not busy: grains for a
- * stream whose reads in flight overlap the latency less than two
- * grains would, the reads as they are otherwise.
+/* A profile's sizes stand until the table knows better; a fast read
+ * class gets nothing; a read of BASE_MAX or more, or a grain over the
+ * cap, nothing.
  */
 static void
-check_grains (void)
+check_edges (void)
 {
-  static const struct {
-    double lat_ns, bw;
-    uint32_t read;
-    unsigned in_flight;
-    bool grains;
-  } cases[] = {
-    { 1e6, 400e6, 4096, 16, true },     /* 64 MB/s against 580 MB/s */
-    { 1e6, 400e6, 4096, 1, true },
-    { 1e6, 400e6, 256 << 10, 16, false },
-    { 1e6, 400e6, 256 << 10, 1, true },
-    { 20e6, 100e6, 256 << 10, 16, false },
-    { 20e6, 100e6, 4096, 16, true },
-    { 20e6, 100e6, 64 << 10, 16, false },   /* 51 against 70 MB/s */
-    { 20e6, 100e6, 64 << 10, 4, true },
-  };
-  unsigned i, j;
+  struct learn l = { .min = 4096, .parallel = true };
 
-  for (i = 0; i < sizeof cases / sizeof *cases; i++) {
-    const struct plugin p = { .lat_ns = cases[i].lat_ns, .bw = cases[i].bw };
-    struct learn l = { .min = 4096, .parallel = true };
-    const uint32_t grain = 1 << 20;
-    struct learn_fetch f;
-
-    learn_forget (&l);
-    learn_teach (&l, &(struct learnt) {
-        .grain = grain, .flat_ns = cost (&p, 0, grain),
-        .lat_ns = p.lat_ns, .ns_per_byte = 1e9 / p.bw });
-    for (j = 0; j < 8; j++)
-      learn_record (&l, LEARN_READ, cases[i].read,
-                    cost (&p, 0, cases[i].read));
-    learn_fetch (&l, cases[i].read, cases[i].in_flight, 64 << 20, &f);
-    if ((f.size != 0) != cases[i].grains) {
-      failures++;
-      printf ("FAIL grains: %.0f us + %.0f MB/s, %" PRIu32 "K reads, %u "
-              "in flight: %s\n", p.lat_ns / 1e3, p.bw / 1e6,
-              cases[i].read >> 10, cases[i].in_flight,
-              f.size ? "grains" : "as they are");
-    }
+  learn_forget (&l);
+  learn_teach (&l, &(struct learnt) { .grain = 1 << 20, .flat_ns = 5e6,
+                                      .lat_ns = 4e6, .ns_per_byte = 1 });
+  if (learn_grain (&l, 65536, 64 << 20) != 1 << 20) {
+    failures++;
+    printf ("FAIL a profile's grain not used\n");
+  }
+  if (learn_grain (&l, 65536, 512 << 10) != 0) {
+    failures++;
+    printf ("FAIL a grain over the cap\n");
+  }
+  learn_forget (&l);
+  learn_record (&l, LEARN_READ, BASE_MAX, 10e6);
+  if (learn_grain (&l, BASE_MAX, 64 << 20) != 0) {
+    failures++;
+    printf ("FAIL a grain for reads of BASE_MAX\n");
   }
 }
 
@@ -331,7 +281,6 @@ main (int argc, char *argv[])
              .cluster = clusters[k].size, .decode_ns = clusters[k].decode,
              .serialize = s, .noise = 0.05 },
       .read = reads[rd],
-      .lag = s ? 0 : 3,
     };
     if (c.p.cluster && c.read > c.p.cluster)
       continue;
@@ -348,8 +297,8 @@ main (int argc, char *argv[])
     slow_start = false;
     cells++;
   }
-  check_grains ();
-  printf ("%u cells, %u failed, %u slow starts judged busy or flat past "
-          "the knee (known gaps)\n", cells, failures, gaps);
+  check_edges ();
+  printf ("%u cells, %u failed, %u slow starts off the rule (known "
+          "gaps)\n", cells, failures, gaps);
   return failures ? 1 : 0;
 }

@@ -121,26 +121,16 @@ enum {
                        (2M) is not the best size: too few requests for
                        a short 4K copy to fill the plugin, or smaller
                        than lanes4's 8M */
-  R_SAMPLES = 2,    /* the learning fetches blocks alone, as samples,
-                       while the copy's reads wait behind them */
-  R_WRITES = 4,     /* qemu-img writes one buffer at a time, sized from the
+  R_WRITES = 2,     /* qemu-img writes one buffer at a time, sized from the
                        preferred size: a fixed size tells a larger one,
                        the default learns writes late */
-  R_CUT = 8,        /* qemu-img reads 2M, 8 at a time: a fixed 1M cuts them
+  R_CUT = 4,        /* qemu-img reads 2M, 8 at a time: a fixed 1M cuts them
                        into calls in parallel, the default cuts nothing
                        before it has learnt */
-  R_WINDOW = 16,    /* over a serialized plugin (which shows the filter
-                       one read at a time) a window starts at the
-                       request size again whenever the chunks read at
-                       once take the stream elsewhere, where a fixed 8M
-                       starts there */
-  R_FAST = 32,      /* over a fast plugin the learning's grains for the
-                       extents' stream cost more than they save */
 };
 static const char *reasons[] = {
-  "the guessed preferred size", "samples fetched alone",
-  "writes learnt late", "no cut before learnt", "windows regrow",
-  "fast plugin, learning costs",
+  "the guessed preferred size", "writes learnt late",
+  "no cut before learnt",
 };
 
 /* The cells where the default misses a goal (issue 40's ground), each
@@ -163,11 +153,9 @@ static const struct {
   { "slow", "nbdcopy4k", 1.02, 1.26, R_GUESS },
   { "slow", "convert-from", 1.02, 1.28, R_CUT },
   { "slow", "convert-to", 1.02, 1.87, R_WRITES },
-  { "disk", "qcow2http", 1.58, 1.58, R_FAST },
   { "serial20", "nbdcopy4k", 1.02, 1.69, R_GUESS },
   { "serial20", "convert-from", 1.02, 1.46, R_CUT },
   { "serial20", "convert-to", 1.02, 1.71, R_WRITES },
-  { "serial20", "qcow2http", 1.02, 1.61, R_WINDOW },
   { "lanes4", "nbdcopy", 1.02, 1.74, R_GUESS },
   { .shape = NULL }
 };

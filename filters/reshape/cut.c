@@ -165,16 +165,15 @@ cut_own (struct cut *choices, struct tune *t, uint64_t count, uint32_t max)
   double gain;
 
   /* Only the model's: nothing measures how the filter's own reads
-   * fare cut.  Before there is one, a read larger than the learning
-   * ever times (LADDER_MAX: its samples are one call each) goes in
-   * pieces of GUESS_PREFERRED (2M), which the helpers run at once: a
-   * window is read only from a plugin measured slow, and its client
+   * fare cut.  Before there is one, a read larger than two grains goes
+   * in pieces of GUESS_PREFERRED (2M), which the helpers run at once:
+   * a window is read only from a plugin measured slow, and its client
    * waits for all of it, while no piece of an aligned fill splits a
    * cluster (a qcow2's are at most 2M).
    */
   switch (tune_model (t, &m)) {
   case 0:
-    if (lanes (choices) > 1 && count > LADDER_MAX)
+    if (lanes (choices) > 1 && count > 2 * GUESS_PREFERRED)
       return MIN (GUESS_PREFERRED, max);
     return MIN (count, max);
   case -1:

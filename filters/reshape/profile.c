@@ -8,8 +8,8 @@
  *
  * A text file, one line per export learnt:
  *
- *   nbdkit-reshape-filter profile 2
- *   entry STACK HEXNAME size N min N max N fast 0|1 queued 0|1
+ *   nbdkit-reshape-filter profile 3
+ *   entry STACK HEXNAME size N min N max N fast 0|1
  *     grain N flat NS lat NS npb NS          (all on one line)
  *
  * STACK identifies what lies below the filter: a hash of the
@@ -76,7 +76,7 @@
 
 /* The first line: MAGIC and the format's version. */
 static const char MAGIC[] = "nbdkit-reshape-filter profile ";
-enum { FORMAT = 2 };
+enum { FORMAT = 3 };
 
 struct saved {
   uint64_t stack;
@@ -150,26 +150,25 @@ static bool
 parse_saved (const char *line, struct saved *e)
 {
   char hex[2 * NBD_NAME_MAX + 2];
-  int fast, queued, end = -1;
+  int fast, end = -1;
   struct learnt *l = &e->l;
 
   if (sscanf (line, "entry %" SCNx64 " %8193s size %" SCNu64 " min %"
-              SCNu32 " max %" SCNu32 " fast %d queued %d grain %" SCNu32
+              SCNu32 " max %" SCNu32 " fast %d grain %" SCNu32
               " flat %lf lat %lf npb %lf%n", &e->stack, hex,
-              &e->geo.exportsize, &e->geo.min, &e->geo.max, &fast, &queued,
+              &e->geo.exportsize, &e->geo.min, &e->geo.max, &fast,
               &l->grain, &l->flat_ns, &l->lat_ns, &l->ns_per_byte,
-              &end) != 11 || end < 0 ||
+              &end) != 10 || end < 0 ||
       (line[end] != '\n' && line[end] != '\0') ||
       !unhex (hex, e->name) || e->geo.exportsize == 0 ||
       !is_power_of_2 (e->geo.min) || e->geo.max < e->geo.min ||
-      (fast != 0 && fast != 1) || (queued != 0 && queued != 1) ||
+      (fast != 0 && fast != 1) ||
       (!fast && (!is_power_of_2 (l->grain) || l->grain < 4096)) ||
       !(l->flat_ns >= 0 && l->flat_ns < 1e11) ||
       !(l->lat_ns >= 0 && l->lat_ns < 1e11) ||
       !(l->ns_per_byte >= 0 && l->ns_per_byte < 1e6))
     return false;
   l->fast = fast;
-  l->queued = queued;
   return true;
 }
 
@@ -184,9 +183,9 @@ write_saved (FILE *fp, const struct saved *e)
   if (*e->name == '\0')
     fprintf (fp, "-");
   fprintf (fp, " size %" PRIu64 " min %" PRIu32 " max %" PRIu32
-           " fast %d queued %d grain %" PRIu32 " flat %.0f lat %.0f"
+           " fast %d grain %" PRIu32 " flat %.0f lat %.0f"
            " npb %.6f\n", e->geo.exportsize, e->geo.min, e->geo.max,
-           e->l.fast, e->l.queued, e->l.grain, e->l.flat_ns, e->l.lat_ns,
+           e->l.fast, e->l.grain, e->l.flat_ns, e->l.lat_ns,
            e->l.ns_per_byte);
 }
 

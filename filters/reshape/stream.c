@@ -74,6 +74,7 @@ stream_init (struct stream *s)
   s->last = s->next = UINT64_MAX;
   s->in_flight = 0;
   s->alone_run = 0;
+  s->streak = 0;
   s->pipelined = false;
   s->window = 0;
   s->latency = UINT64_MAX;
@@ -102,6 +103,7 @@ struct read_req {
 /* What the stream makes of a read (stream_begin). */
 struct seen {
   bool in_stream;           /* near where the stream was */
+  bool streaming;           /* ... and STREAK reads before it were */
   bool pipelined;           /* its client keeps reads in flight */
   unsigned in_flight;       /* the stream's reads in flight, with it */
   uint32_t window;          /* the window to fill for it, 0: none */
@@ -183,7 +185,11 @@ stream_begin (struct stream *s, const struct geometry *geo,
   if (!v->in_stream) {                  /* the stream broke off */
     s->pipelined = false;
     s->run_lo = s->run_hi = 0;
+    s->streak = 0;
   }
+  else if (s->streak < STREAK)
+    s->streak++;
+  v->streaming = s->streak >= STREAK;
   /* A pipelining client's queue runs empty now and then (between its
    * work chunks): only a run of reads that each came alone counts.
    */
@@ -299,36 +305,23 @@ fill_buffer (const struct io *io, const struct cache_fill *f)
 }
 
 /* Read [f->lo, f->hi), a fill begun in the cache, into it, then serve
- * rq from it, or alone if the fill is lost or fails.  *took (if not
- * NULL): the plugin read's time, 0 if it was not made or failed.
+ * rq from it, or alone if the fill is lost or fails.
  */
 static int
 fill_read (struct cache *cache, const struct io *io, struct cache_fill *f,
-           const struct read_req *rq, uint64_t *took, enum fill_result *result,
-           int *err)
+           const struct read_req *rq, enum fill_result *result, int *err)
 {
   const uint32_t len = f->hi - f->lo;
   char *data = fill_buffer (io, f);
-  uint64_t start;
   int r;
 
-  if (took)
-    *took = 0;
   if (data == NULL) {
     cache_fill_end (cache, f, NULL, 0, false);
     stats_add (C_RA_LOST, 1);
     *result = FILL_LOST;
     return pass_down (cache, io, rq, err);
   }
-  /* A timed fill times the plugin, not the first touch of fresh
-   * memory (a new pool buffer faults its pages in as it is written).
-   */
-  if (took)
-    memset (data, 0, len);
-  start = now_ns ();
   r = split_pread_as (io, data, len, f->lo, true, err);
-  if (r == 0 && took)
-    *took = now_ns () - start;
   if (r == 0) {
     if (rq->buf)
       memcpy (rq->buf, data + (rq->offset - f->lo), rq->count);
@@ -362,6 +355,23 @@ fill_wait (struct cache *cache, bool held, const struct read_req *rq)
   return true;
 }
 
+/* Narrow [*lo, *hi), a fill for rq, to the gap around rq that the
+ * cache neither holds nor fills, in whole minimum blocks: when several
+ * parts of the disk are read at once, fills meet, and what the cache
+ * has is not read again.
+ */
+static void
+to_gap (struct cache *cache, const struct geometry *geo,
+        const struct read_req *rq, uint64_t *lo, uint64_t *hi)
+{
+  const uint64_t read_hi = MIN (ROUND_UP (rq->offset + rq->count, geo->min),
+                                geo->exportsize);
+
+  cache_gap (cache, rq->offset, rq->offset + rq->count, lo, hi);
+  *lo = MIN (ROUND_UP (*lo, geo->min), ROUND_DOWN (rq->offset, geo->min));
+  *hi = MAX (ROUND_DOWN (*hi, geo->min), read_hi);
+}
+
 /* --- Windows. --- */
 
 /* Fill the window of size bytes for rq: from the grain holding the
@@ -386,17 +396,12 @@ window_read (struct stream *s, struct cache *cache, const struct io *io,
   lo = ROUND_DOWN (rq->offset, MAX (geo->min, grain));
   hi = MAX (lo + size, ROUND_UP (rq->offset + rq->count, geo->min));
   hi = MIN (hi, geo->exportsize);
-  /* Around the read, what the cache has is not read again: when
-   * several parts of the disk are read at once, windows meet.
-   */
-  cache_gap (cache, rq->offset, rq->offset + rq->count, &lo, &hi);
-  lo = MIN (ROUND_UP (lo, geo->min), ROUND_DOWN (rq->offset, geo->min));
-  hi = MAX (ROUND_DOWN (hi, geo->min), read_hi);
+  to_gap (cache, geo, rq, &lo, &hi);
   /* Nothing left to read ahead: no fill, no copy. */
   if (lo == ROUND_DOWN (rq->offset, geo->min) && hi == read_hi)
     return pass_down (cache, io, rq, err);
   if (fill_begin (cache, &f, lo, hi, rq))
-    r = fill_read (cache, io, &f, rq, NULL, &result, err);
+    r = fill_read (cache, io, &f, rq, &result, err);
   else
     r = pass_down (cache, io, rq, err);
   if (result == FILL_FAILED)
@@ -406,28 +411,21 @@ window_read (struct stream *s, struct cache *cache, const struct io *io,
 
 /* --- Grains. --- */
 
-/* How a read in the stream that missed the cache is served, as the
- * learning says (tune_stream_fetch), if the grain is whole minimum
- * blocks that the pool can lend and the plugin take in one call; else
- * tf->size is 0: the read goes as it is.
+/* The grain a read in the stream that missed the cache is served
+ * from, as the learning says (tune_stream_grain), if it is whole
+ * minimum blocks that the pool can lend and the plugin take in one
+ * call; else 0: the read goes as it is.
  */
-static void
-learnt_fetch (const struct io *io, uint32_t count, unsigned in_flight,
-              struct learn_fetch *tf)
+static uint32_t
+stream_grain (const struct io *io, uint32_t count)
 {
   const struct geometry *geo = io->geo;
   const uint64_t cap = MIN (MIN (pool_largest (POOL_REQUEST),
                                  geo->max), geo->exportsize);
 
-  *tf = (struct learn_fetch) { .size = 0 };
   if (io->tune == NULL)
-    return;
-  tune_stream_fetch (io->tune, count, in_flight, cap, tf);
-  if (tf->size && (tf->size % geo->min || tf->size > cap)) {
-    tune_sample_done (io->tune, tf, 0);
-    tf->rung = 0;
-    tf->size = 0;
-  }
+    return 0;
+  return tune_stream_grain (io->tune, count, cap);
 }
 
 /* The longest run: the largest window, but at least a grain. */
@@ -486,8 +484,9 @@ static enum run_plan
 run_plan (struct stream *s, struct cache *cache, const struct io *io,
           uint32_t grain, const struct read_req *rq, struct cache_fill *f)
 {
+  const struct geometry *geo = io->geo;
   const uint64_t lo = ROUND_DOWN (rq->offset, grain);
-  const uint64_t hi = MIN (lo + grain, io->geo->exportsize);
+  const uint64_t hi = MIN (lo + grain, geo->exportsize);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
 
   if (rq->offset + rq->count > lo + grain)      /* across two grains */
@@ -496,19 +495,25 @@ run_plan (struct stream *s, struct cache *cache, const struct io *io,
       hi - s->run_hi <= run_cap (io, grain))
     return claim_after (s, cache, io, grain, hi, rq, f) ?
       RUN_NEXT : RUN_NONE;
+  /* A new run, or a grain alone, gets what the cache lacks of it. */
+  f->lo = lo;
+  f->hi = hi;
+  to_gap (cache, geo, rq, &f->lo, &f->hi);
+  if (f->lo == ROUND_DOWN (rq->offset, geo->min) &&
+      f->hi == MIN (ROUND_UP (rq->offset + rq->count, geo->min),
+                    geo->exportsize))
+    return RUN_NONE;                    /* nothing but the read */
   if (lo >= s->run_hi) {                /* a new run starts here */
-    if (!fill_begin (cache, f, lo, hi, rq))
+    if (!fill_begin (cache, f, f->lo, f->hi, rq))
       return RUN_NONE;
-    s->run_lo = lo;
-    s->run_hi = hi;
+    s->run_lo = f->lo;
+    s->run_hi = f->hi;
     return RUN_NEXT;
   }
   /* Within or behind the stream's runs: a read racing the run that
    * holds it, or one whose grain the run did not keep (a write made
    * it stale, the cache gave it up): its grain alone.
    */
-  f->lo = lo;
-  f->hi = hi;
   return RUN_ALONE;
 }
 
@@ -521,7 +526,7 @@ run_read (struct stream *s, struct cache *cache, const struct io *io,
   int r;
 
   stats_add (C_RA_GRAINS, 1);
-  r = fill_read (cache, io, f, rq, NULL, &result, err);
+  r = fill_read (cache, io, f, rq, &result, err);
   if (result == FILL_LOST)
     run_lost (s, f);
   else if (result == FILL_FAILED)
@@ -532,27 +537,23 @@ run_read (struct stream *s, struct cache *cache, const struct io *io,
 /* Fetch the grain [f->lo, f->hi) for rq within it, unless a fill in
  * progress holds rq (then that is waited for; a few times at most, if
  * writes keep making what is fetched stale); alone if the budget
- * refuses it.  *took (if not NULL): the plugin read's time, 0 if none
- * was made by this read.
+ * refuses it.
  */
 static int
 grain_read (struct stream *s, struct cache *cache, const struct io *io,
-            struct cache_fill *f, const struct read_req *rq, uint64_t *took,
-            int *err)
+            struct cache_fill *f, const struct read_req *rq, int *err)
 {
   enum fill_result result;
   unsigned tries;
   int r;
 
-  if (took)
-    *took = 0;
   f->expect = rq->span;
   for (tries = 0; tries < FILL_TRIES; tries++) {
     switch (cache_fill_begin_unless (cache, f, f->lo, f->hi, rq->offset,
                                      rq->offset + rq->count)) {
     case 1:
       stats_add (C_RA_GRAINS, 1);
-      r = fill_read (cache, io, f, rq, took, &result, err);
+      r = fill_read (cache, io, f, rq, &result, err);
       if (result == FILL_FAILED)
         runs_reset (s);
       return r;
@@ -567,45 +568,18 @@ grain_read (struct stream *s, struct cache *cache, const struct io *io,
   return pass_down (cache, io, rq, err);
 }
 
-/* The aligned grain of tf->size bytes holding rq, fetched alone (the
- * learning's: one plugin call), timed if it is a sample.
- */
-static int
-block_alone (struct stream *s, struct cache *cache, const struct io *io,
-             const struct learn_fetch *tf, const struct read_req *rq, int *err)
-{
-  struct cache_fill f;
-  uint64_t took = 0;
-  int r;
-
-  f.lo = ROUND_DOWN (rq->offset, tf->size);
-  f.hi = MIN (f.lo + tf->size, io->geo->exportsize);
-  if (rq->offset + rq->count > f.hi)
-    r = pass_down (cache, io, rq, err);
-  else
-    r = grain_read (s, cache, io, &f, rq, tf->rung ? &took : NULL,
-                    err);
-  if (tf->rung)
-    tune_sample_done (io->tune, tf, took);
-  return r;
-}
-
-/* Serve rq by tf->size: one grain alone (the learning's), or the
- * stream's runs of grains.
- */
+/* Serve rq from the stream's runs of grains of size bytes. */
 static int
 grains_read (struct stream *s, struct cache *cache, const struct io *io,
-             const struct learn_fetch *tf, const struct read_req *rq, int *err)
+             uint32_t size, const struct read_req *rq, int *err)
 {
   struct cache_fill f;
 
-  if (tf->alone)
-    return block_alone (s, cache, io, tf, rq, err);
-  switch (run_plan (s, cache, io, tf->size, rq, &f)) {
+  switch (run_plan (s, cache, io, size, rq, &f)) {
   case RUN_NEXT:
     return run_read (s, cache, io, &f, rq, err);
   case RUN_ALONE:
-    return grain_read (s, cache, io, &f, rq, NULL, err);
+    return grain_read (s, cache, io, &f, rq, err);
   case RUN_NONE:
     break;
   }
@@ -613,9 +587,10 @@ grains_read (struct stream *s, struct cache *cache, const struct io *io,
 }
 
 /* rq was served from the cache half way or more through the stream's
- * last run, in a stream that keeps reads in flight: the next run is
- * due (begun in f; true).  Reads fetched in grains only: the learnt
- * grain larger than the read, and one the pool can lend.
+ * last run, in a stream that keeps reads in flight (or over a plugin
+ * that serializes requests): the next run is due (begun in f; true).
+ * Reads fetched in grains only: the learnt grain larger than the
+ * read, and one the pool can lend.
  */
 static bool
 ahead_due (struct stream *s, struct cache *cache, const struct io *io,
@@ -643,23 +618,21 @@ static int
 read_missed (struct stream *s, struct cache *cache, const struct io *io,
              const struct seen *v, const struct read_req *rq, int *err)
 {
-  struct learn_fetch tf = { .size = 0 };
+  uint32_t grain = 0;
   uint64_t start, took = 0;
   int r;
 
   if (v->in_stream && fill_wait (cache, false, rq))
     return 0;                           /* a fill in progress held it */
-  if (v->in_stream)
-    learnt_fetch (io, rq->count, v->in_flight, &tf);
-  if (tf.size)
-    return grains_read (s, cache, io, &tf, rq, err);
+  if (v->streaming)
+    grain = stream_grain (io, rq->count);
+  if (grain)
+    return grains_read (s, cache, io, grain, rq, err);
   start = now_ns ();
   r = pass_down (cache, io, rq, err);
   if (r == 0)
     took = now_ns () - start;
   stream_timed (s, took);
-  if (tf.rung)                          /* the base of a learning pair */
-    tune_sample_done (io->tune, &tf, took);
   return r;
 }
 
@@ -688,7 +661,13 @@ stream_pread (struct stream *s, struct cache *cache, const struct io *io,
   if (cache_read_or_ask (cache, offset, count, buf, &ask)) {
     stats_add (C_RA_HITS, 1);
     r = 0;
-    ahead->due = v.in_stream && v.pipelined && !v.window &&
+    /* A plugin that serializes requests shows the filter one read at
+     * a time: its streams never look pipelined, yet their client may
+     * keep several reads in flight (qemu-img reading a qcow2 over
+     * curl on nbdkit 1.32), which a run fetched ahead keeps served.
+     */
+    ahead->due = v.in_stream && !v.window &&
+      (v.pipelined || !reshape_cfg.parallel_ok) &&
       ahead_due (s, cache, io, &rq, &ahead->f);
   }
   else if (v.window)
@@ -740,7 +719,7 @@ stream_prefetch (struct cache *cache, const struct io *io, uint32_t count,
     if (!cache_fill_begin (cache, &f, lo, hi, lo, lo))
       break;
     stats_add (C_RA_CACHED, f.hi - f.lo);
-    fill_read (cache, io, &f, &nobody, NULL, &result, &ignored);
+    fill_read (cache, io, &f, &nobody, &result, &ignored);
     if (result != FILL_KEPT)
       break;
   }

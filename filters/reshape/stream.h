@@ -25,6 +25,8 @@ struct stream {
   uint64_t next;            /* where a read continuing it would start */
   unsigned in_flight;       /* its reads in flight */
   unsigned alone_run;       /* reads in a row that came with no other */
+  unsigned streak;          /* reads in a row near each other, up to
+                               STREAK */
   bool pipelined;           /* it ever had reads in flight together */
   uint32_t window;          /* the last window filled, 0: none */
   uint64_t latency;         /* ns, the stream's fastest direct read */

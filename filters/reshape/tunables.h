@@ -62,10 +62,14 @@
 
 /* Streams (stream.c): reads in a row that each came alone make a
  * client that waits for each read; how far out of order a pipelining
- * client's reads arrive, in reads [nbdcopy keeps 64 in flight].
+ * client's reads arrive, in reads [nbdcopy keeps 64 in flight]; reads
+ * in a row near each other before a stream's reads are served from
+ * grains [tests/unit-sim rand32: random reads 32 at a time land near
+ * each other now and then].
  */
 #define ALONE_RUN 4
 #define REORDER 64
+#define STREAK 4
 
 /* The readahead budget (cache.c): unasked bytes, at most 1/SHARE of
  * what all clients of the process read, plus BASE.
@@ -104,48 +108,24 @@
 #define CACHE_SHARE_DEN 3
 
 /* reshape-size=auto's learning (learn.c; EXPORTS_MAX: export.c)
- * [qcow2dec over 1G, 30 runs; the model's shapes; bench/results/tune]:
- *   BASE_MAX       learnt from streams of reads smaller than this
- *   LADDER_MAX     the largest grain tried
- *   WARMUP         a stream's misses before the first sample
- *   PAIRS          samples per rung, at most; PAIRS_FLAT to call it
- *                  clearly flat; PAIRS_AT_ONCE in flight
- *   KNEE           a grain this many times a read's cost is the knee
- *                  (CLEAR_FLAT: clearly not; CLEAR_KNEE: clearly so;
- *                  PER_BYTE_KNEE, per byte, over a plugin that
- *                  serializes requests or is busy)
- *   QUEUED         reads this many times slower than the fastest, on
- *                  average over the last RECENT: the plugin is busy
- *                  (and a knee seen with base reads this slow is
- *                  tried again)
- *   RECHECK_AFTER  the stream's misses after the ladder ends before
- *                  its knee is tried once more
+ * [tests/unit-sim; bench/results/tune]:
+ *   BASE_MAX       streams of reads smaller than this get grains
+ *   GUESS_CALLS    grains of GUESS_PREFERRED timed before the line
+ *                  through their cost and the reads' is drawn [test-
+ *                  tune: one cluster decoder, 16 reads in flight]
+ *   KNEE           a GUESS_PREFERRED grain costing less than this many
+ *                  reads is kept whole (clusters, or latency that
+ *                  dwarfs the transfer)
  *   PREFERRED_CAP  the largest preferred size told
  *   FAST_PREFERRED told for a plugin without latency
  *   EXPORTS_MAX    exports whose learning is remembered
  */
 #define BASE_MAX (1024 * 1024)
-#define LADDER_MAX (4 * 1024 * 1024)
-#define WARMUP 16
-#define PAIRS 6
-#define PAIRS_FLAT 3
-#define PAIRS_AT_ONCE 2
+#define GUESS_CALLS 4
 #define KNEE 1.5
-#define CLEAR_FLAT 1.25
-#define CLEAR_KNEE 3.0
-#define PER_BYTE_KNEE 0.75
-#define QUEUED 2.0
-#define RECENT 16
-#define RECHECK_AFTER 64
 #define PREFERRED_CAP (8 * 1024 * 1024)
 #define FAST_PREFERRED (64 * 1024)
 #define EXPORTS_MAX 64
-/* Grains over a parallel plugin that is not busy: GRAIN_CALLS at once
- * must move GRAIN_GAIN times what the stream's reads in flight move as
- * they are [nbdcopy --request-size=4096 over the 1 ms model].
- */
-#define GRAIN_CALLS 2
-#define GRAIN_GAIN 2.0
 
 /* Cut or whole (cut.c) [bench big; tune lat1]:
  *   CUT_GAIN       a cut the model promises this much faster is tried

@@ -188,42 +188,36 @@ tune_model (struct tune *t, struct cut_model *m)
   return learn_model (&t->learn, m);
 }
 
+/* What is known changed, if a size told or fetched did.  Lock held. */
+static void
+changed (struct tune *t, const struct learn_sizes *was)
+{
+  if (was->preferred != t->learn.sizes.preferred ||
+      was->grain != t->learn.sizes.grain)
+    learnt_changed (t);
+  publish (t);
+}
+
 void
 tune_record (struct tune *t, enum learn_dir d, uint64_t bytes, uint64_t ns)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+  const struct learn_sizes was = t->learn.sizes;
 
-  learn_record (&t->learn, d, bytes, ns);
-  publish (t);
+  learn_record (core (t), d, bytes, ns);
+  changed (t, &was);
 }
 
-void
-tune_stream_fetch (struct tune *t, uint32_t count, unsigned in_flight,
-                   uint64_t cap, struct learn_fetch *f)
+uint32_t
+tune_stream_grain (struct tune *t, uint32_t count, uint64_t cap)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
+  const struct learn_sizes was = t->learn.sizes;
+  uint32_t g;
 
-  learn_fetch (core (t), count, in_flight, cap, f);
-  publish (t);
-}
-
-void
-tune_sample_done (struct tune *t, const struct learn_fetch *f, uint64_t ns)
-{
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&t->lock);
-  bool changed;
-
-  if (f->rung && f->try == t->learn.ladder.tries && reshape_debug_tune > 1)
-    nbdkit_debug ("reshape: tune: export %s: %" PRIu32 "K pair %u: %s "
-                  "%.3f ms", t->shown, f->rung / 1024, f->pair,
-                  f->grain ? "grain" : "base", ns / 1e6);
-  changed = learn_sample (core (t), f, ns);
-  if (t->learn.note[0] && reshape_debug_tune)
-    nbdkit_debug ("reshape: tune: export %s: %s", t->shown,
-                  t->learn.note);
-  if (changed)
-    learnt_changed (t);
-  publish (t);
+  g = learn_grain (core (t), count, cap);
+  changed (t, &was);
+  return g;
 }
 
 /* What the export's learning says, in a few words: its state. */
@@ -231,8 +225,8 @@ static const char *
 state_name (const struct tune *t)
 {
   static const char *const names[] = {
-    [LEARN_NONE] = "nothing learnt", [LEARN_LADDER] = "learning",
-    [LEARN_KNOWN] = "learnt", [LEARN_RECHECK] = "learnt, checking again",
+    [LEARN_NONE] = "nothing learnt", [LEARN_GUESS] = "guessing",
+    [LEARN_KNOWN] = "learnt",
   };
 
   return names[t->learn.state];
@@ -271,11 +265,10 @@ tables_one (struct tune *t, void *fpv)
   stats_text_name (fp, t->name);
   if (learn_known (&t->learn))
     fprintf (fp, ": %s\n", t->learn.why);
-  else if (t->learn.state == LEARN_LADDER)
-    fprintf (fp, ": still learning (trying %s grains for %s reads)\n",
-             stats_human (t->learn.ladder.rung, b1, sizeof b1),
-             stats_human (size_class_bytes (t->learn.ladder.base), b2,
-                          sizeof b2));
+  else if (t->learn.state == LEARN_GUESS)
+    fprintf (fp, ": %s reads are slow; %s grains until a few are timed\n",
+             stats_human (size_class_bytes (t->learn.base), b1, sizeof b1),
+             stats_human (GUESS_PREFERRED, b2, sizeof b2));
   else
     fprintf (fp, ": nothing learnt (no client read a stream of small "
              "reads)\n");
@@ -296,8 +289,8 @@ tables_one (struct tune *t, void *fpv)
 
 /* The states as JSON names them. */
 static const char *const state_keys[] = {
-  [LEARN_NONE] = "none", [LEARN_LADDER] = "ladder",
-  [LEARN_KNOWN] = "known", [LEARN_RECHECK] = "recheck",
+  [LEARN_NONE] = "none", [LEARN_GUESS] = "guess",
+  [LEARN_KNOWN] = "known",
 };
 
 /* One export as a JSON object; *opaque counts those written. */
@@ -328,7 +321,7 @@ json_one (struct tune *t, void *opaque)
            ", \"unit\": %" PRIu32 ", \"trying\": %" PRIu32
            ",\n     \"calls\": [", t->learn.sizes.preferred,
            t->learn.sizes.grain, t->learn.sizes.unit,
-           learn_known (&t->learn) ? 0 : t->learn.ladder.rung);
+           t->learn.state == LEARN_GUESS ? GUESS_PREFERRED : 0);
   for (d = 0; d < LEARN_DIRS; d++)
     for (c = 0; c < SIZE_CLASSES; c++) {
       const struct samples *s = &t->learn.table[d][c];

@@ -21,7 +21,7 @@
 #include "tunables.h"
 #include "walk.h"
 
-/* -D reshape.tune=1: every sample the learning decides on. */
+/* -D reshape.tune=1: every change of what is known. */
 extern int reshape_debug_tune;
 
 struct tune;
@@ -72,12 +72,9 @@ extern int tune_model (struct tune *t, struct cut_model *m);
 extern void tune_record (struct tune *t, enum learn_dir d, uint64_t bytes,
                          uint64_t ns);
 
-/* learn_fetch and learn_sample (learn.h), for the export. */
-extern void tune_stream_fetch (struct tune *t, uint32_t count,
-                               unsigned in_flight, uint64_t cap,
-                               struct learn_fetch *f);
-extern void tune_sample_done (struct tune *t, const struct learn_fetch *f,
-                              uint64_t ns);
+/* learn_grain (learn.h), for the export. */
+extern uint32_t tune_stream_grain (struct tune *t, uint32_t count,
+                                   uint64_t cap);
 
 /* The statistics report's part on what was learnt of every export
  * each walks: a line per export for the summary; the choices made
