@@ -1,1 +1,1 @@
-bench/tune.sh 5 zero
+bench/tune.sh 3 zero
