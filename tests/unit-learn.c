@@ -19,14 +19,15 @@
  *     (by the model's own costs, give or take the noise), else the
  *     largest power of 2 whose transfer takes at most twice a read's
  *     time (within a factor of 2);
- *   - after a slow start (the first 30 calls ten times slower): the
- *     same, but a grain off the rule is counted, not failed (the
- *     read's time, taken while slow, is not timed again once grains
- *     serve the stream);
  *   - the preferred size is a power of 2, at least G, at most
- *     PREFERRED_CAP, and within a factor of 2 of L B / 2 (2 L B when
+ *     PREFERRED_CAP, and within a factor of 4 of L B / 2 (2 L B when
  *     serialized) from the model's own latency and bandwidth (with
- *     its decoding, per byte, as part of the bandwidth).
+ *     its decoding, per byte, as part of the bandwidth: clusters
+ *     decoded whole bend the line through two sizes);
+ *   - after a slow start (the first 30 calls ten times slower): the
+ *     same, but a grain, a preferred size or a fast verdict off the
+ *     rule is counted, not failed (the read's time, taken while slow,
+ *     is not timed again once grains serve the stream).
  *
  *   unit-learn [-v] [SEED]
  */

@@ -67,7 +67,7 @@ learn_forget (struct learn *l)
 {
   memset (l->table, 0, sizeof l->table);
   l->state = LEARN_NONE;
-  l->base = 0;
+  l->base = SIZE_CLASSES;               /* no stream seen */
   l->learnt = (struct learnt) { .fast = false };
   l->sizes = (struct learn_sizes) { 0 };
   l->why[0] = '\0';
@@ -191,13 +191,17 @@ line (const struct learn *l, double r_ns, uint64_t g, double g_ns,
 static bool
 update (struct learn *l)
 {
-  const struct samples *r = &l->table[LEARN_READ][l->base];
-  const double read = MAX (size_class_bytes (l->base), l->min);
+  const struct samples *r;
+  double read;
   uint64_t calls = 0, g_bytes = 0;
   double g_ns = 0, best = 0;
   struct learnt lt;
   unsigned c;
 
+  if (l->base >= SIZE_CLASSES)          /* no stream yet (a profile's) */
+    return false;
+  r = &l->table[LEARN_READ][l->base];
+  read = MAX (size_class_bytes (l->base), l->min);
   if (r->fastest == 0)
     return false;
   for (c = size_class (GUESS_PREFERRED); c < SIZE_CLASSES; c++) {

@@ -86,7 +86,8 @@ struct learn {
   uint64_t min;
   enum learn_state state;
   unsigned base;                        /* the class of the stream's
-                                           reads last seen slow */
+                                           reads last timed;
+                                           SIZE_CLASSES: none */
   struct samples table[LEARN_DIRS][SIZE_CLASSES];
   struct learnt learnt;                 /* valid in LEARN_KNOWN */
   struct learn_sizes sizes;

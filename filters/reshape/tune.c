@@ -55,6 +55,7 @@ tune_new (const char *name)
     return NULL;
   }
   pthread_mutex_init (&t->lock, NULL);
+  learn_forget (&t->learn);
   return t;
 }
 
