@@ -9,27 +9,25 @@
 #
 #   0  common tunables: arithmetic, scoped locks, the   } pure: no
 #      clock; the numbers                                } nbdkit
-#   1  walk rangelock ranges learn files warn exitcode   }
+#   1  walk rangelock ranges files warn exitcode         }
 #   2  stats params io
-#   3  pool helpers sockbuf tune
-#   4  cut profile
-#   5  split cache
-#   6  stream writeback
-#   7  export
-#   8  reshape (the nbdkit callbacks and the order of the stages)
+#   3  pool helpers sockbuf auto
+#   4  split cache
+#   5  stream writeback
+#   6  export
+#   7  reshape (the nbdkit callbacks and the order of the stages)
 source "$srcdir/functions.sh"
 requires nm --version
 
 layers="
 0 common tunables
-1 walk rangelock ranges learn files warn exitcode
+1 walk rangelock ranges files warn exitcode
 2 stats params io
-3 pool helpers sockbuf tune
-4 cut profile
-5 split cache
-6 stream writeback
-7 export
-8 reshape
+3 pool helpers sockbuf auto
+4 split cache
+5 stream writeback
+6 export
+7 reshape
 "
 src="$srcdir/../filters/reshape"
 objs="$builddir/../filters/reshape/.libs"

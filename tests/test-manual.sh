@@ -10,7 +10,7 @@ pod="$srcdir/../docs/nbdkit-reshape-filter.pod"
 
 nbdkit --filter="$FILTER" null --help |
   sed -n 's/^\(reshape-[a-z]*\)=.*/\1/p' > "$tmp/params"
-test "$(wc -l < "$tmp/params")" = 12 || fail "--help: $(cat "$tmp/params")"
+test "$(wc -l < "$tmp/params")" = 11 || fail "--help: $(cat "$tmp/params")"
 while read -r p; do
   grep -q "^=item B<$p=" "$pod" || fail "$p: no =item in the manual page"
 done < "$tmp/params"

@@ -62,7 +62,6 @@ bad reshape-writeback=2       "accepted: true or false"
 bad reshape-writeback=        "accepted: true or false"
 bad reshape-sise=1M          "unknown parameter"
 bad reshape-stats=           "the path of a file"
-bad reshape-profile=         "the path of a file"
 # 0 means the word only where there is one.
 bad reshape-min=0            "power of 2 from 1 to 64K"
 bad reshape-max=0            "from 512 to 4G-1"
@@ -156,7 +155,7 @@ conn_refused "the plugin's maximum block size (32768) is below reshape-min=64K" 
 # --help: the descriptions in one column, every default given.
 nbdkit --filter="$FILTER" null --help > "$tmp/help"
 grep '^reshape-' "$tmp/help" > "$tmp/params"
-test "$(wc -l < "$tmp/params")" = 12 || fail "$(cat "$tmp/help")"
+test "$(wc -l < "$tmp/params")" = 11 || fail "$(cat "$tmp/help")"
 cols=$(awk '{ match ($0, /^[^ ]+ +/); print RLENGTH }' "$tmp/params" |
        sort -u)
 test "$cols" = 30 || fail "--help: ragged columns ($cols): $(cat "$tmp/params")"

@@ -93,9 +93,9 @@ assert len(r["counters"]) >= 28, "not every counter"
 assert r["exports"] == []
 ' "$tmp/stats.json" || fail "JSON shape"
 
-# reshape-size=auto: the summary names what was learnt per export.
+# reshape-size=auto: the summary names what is known per export.
 nbdkit -U - --filter="$FILTER" memory 1M reshape-stats="$tmp/auto" --run 'nbdinfo "$uri" >/dev/null'
-grep -qx "size: auto, export '': nothing learnt" "$tmp/auto" ||
+grep -qx "size: auto, export '': none" "$tmp/auto" ||
   { cat "$tmp/auto"; fail "auto summary line"; }
 
 # Export names are any bytes (nbdkit takes them; here through the
@@ -143,16 +143,16 @@ nbdkit -v -U - --filter="$FILTER" memory 1M \
 grep -q 'reshape: nbdkit-reshape-filter statistics' "$tmp/verbose" ||
   fail "-v did not print the report"
 # A server that fails to start never touches the report's file: not a
-# file holding data (a bad reshape-profile fails after reshape-stats is
-# taken), nor one reached through a symlink.  A symlink is refused at
+# file holding data (a bad reshape-parallel fails after reshape-stats
+# is taken), nor one reached through a symlink.  A symlink is refused at
 # start-up, its target left alone; a regular file is replaced at exit.
 echo "precious data" > "$tmp/precious"
 cp "$tmp/precious" "$tmp/old"
 ln -s "$tmp/precious" "$tmp/link"
 for f in "$tmp/old" "$tmp/link"; do
   if nbdkit -U - --filter="$FILTER" memory 1M reshape-stats="$f" \
-       reshape-profile="$tmp" --run true 2> "$tmp/err"; then
-    fail "started with reshape-profile=$tmp"
+       reshape-parallel=abc --run true 2> "$tmp/err"; then
+    fail "started with reshape-parallel=abc"
   fi
   test "$(cat "$f")" = "precious data" ||
     fail "reshape-stats=$f: changed by a server that failed to start"

@@ -7,8 +7,8 @@
  * share.  It alone finds an export by name: writes staged under one
  * (writeback.c) are kept with it, so that a client that reconnects
  * sees them.  Its lock is taken only when a connection opens or
- * closes, and by the rare walks over every name (a profile saved, the
- * report); never on a request's path.
+ * closes, and by the rare walks over every name (the report); never
+ * on a request's path.
  */
 
 #include <config.h>
@@ -22,10 +22,9 @@
 
 #include "cache.h"
 #include "common.h"
-#include "cut.h"
+#include "auto.h"
 #include "export.h"
 #include "tunables.h"
-#include "tune.h"
 #include "writeback.h"
 
 /* One export name.  Kept while no connection holds it, for its
@@ -33,7 +32,7 @@
  */
 struct record {
   char *name;
-  struct tune *tune;
+  struct auto_export *autoexp;
   struct export by_tls[2];              /* plain, TLS */
   struct record *next;                  /* most recently used first */
 };
@@ -51,8 +50,7 @@ export_open (struct export *exp, const char *name)
   exp->cache = cache_new ();
   if (exp->wb == NULL)
     exp->wb = writeback_new (name);
-  exp->cut = cut_new ();
-  return exp->cache && exp->wb && exp->cut ? 0 : -1;
+  return exp->cache && exp->wb ? 0 : -1;
 }
 
 /* And freed at the last close (or a failed open), the staged writes
@@ -66,10 +64,7 @@ export_close (struct export *exp)
     cache_free (exp->cache);
   if (exp->wb && writeback_drop (exp->wb))
     exp->wb = NULL;
-  if (exp->cut)
-    cut_free (exp->cut);
   exp->cache = NULL;
-  exp->cut = NULL;
 }
 
 static void
@@ -77,8 +72,8 @@ record_free (struct record *e)
 {
   export_close (&e->by_tls[false]);
   export_close (&e->by_tls[true]);
-  if (e->tune)
-    tune_free (e->tune);
+  if (e->autoexp)
+    auto_free (e->autoexp);
   free (e->name);
   free (e);
 }
@@ -124,15 +119,15 @@ record_new (const char *name)
   if (e == NULL)
     return NULL;
   e->name = strdup (name);
-  e->tune = e->name ? tune_new (e->name) : NULL;
-  if (e->tune == NULL) {
+  e->autoexp = e->name ? auto_new (e->name) : NULL;
+  if (e->autoexp == NULL) {
     const int saved = errno;
 
     record_free (e);
     errno = saved;
     return NULL;
   }
-  e->by_tls[false].tune = e->by_tls[true].tune = e->tune;
+  e->by_tls[false].autoexp = e->by_tls[true].autoexp = e->autoexp;
   return e;
 }
 
@@ -195,13 +190,13 @@ export_put (struct export *exp)
 }
 
 void
-export_each (tune_visit *fn, void *opaque)
+export_each (auto_visit *fn, void *opaque)
 {
   struct record *e;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
 
   for (e = registry.list; e; e = e->next)
-    fn (e->tune, opaque);
+    fn (e->autoexp, opaque);
 }
 
 /* A connection may still be closing at unload (nbdkit quitting on a
@@ -228,19 +223,19 @@ export_free_all (void)
 static void
 report_summary (FILE *fp)
 {
-  tune_summary (export_each, fp);
+  auto_summary (export_each, fp);
 }
 
 static void
 report_tables (FILE *fp)
 {
-  tune_tables (export_each, fp);
+  auto_tables (export_each, fp);
 }
 
 static void
 report_json (FILE *fp)
 {
-  tune_json (export_each, fp);
+  auto_json (export_each, fp);
 }
 
 const struct stats_learning export_stats = {

@@ -17,18 +17,16 @@
 #include <stdbool.h>
 
 #include "stats.h"
-#include "tune.h"
+#include "auto.h"
 
 struct cache;
-struct cut;
 struct writeback;
 
 struct export {
   unsigned refs;              /* connections using it (registry lock) */
   struct cache *cache;        /* readahead data (with multi-conn) */
   struct writeback *wb;       /* staged writes: kept while any */
-  struct cut *cut;            /* cut-or-whole choices */
-  struct tune *tune;          /* the name's learning: outlives the above */
+  struct auto_export *autoexp;   /* the name's measurements: outlive the above */
 };
 
 /* The export named name, for clients with TLS or without, its state
@@ -42,14 +40,14 @@ extern struct export *export_get (const char *name, bool tls);
 extern void export_put (struct export *exp);
 
 /* fn on the learning of every export name remembered, most recently
- * used first (a tune_walk).
+ * used first (an auto_walk).
  */
-extern void export_each (tune_visit *fn, void *opaque);
+extern void export_each (auto_visit *fn, void *opaque);
 
 /* At unload: every name no connection holds forgotten. */
 extern void export_free_all (void);
 
-/* The report's part on what was learnt (tune.c's), over every name. */
+/* The report's part on what was learnt (auto.c's), over every name. */
 extern const struct stats_learning export_stats;
 
 #endif /* NBDKIT_RESHAPE_EXPORT_H */

@@ -2,8 +2,8 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * Replacing the files the filter writes (the statistics report, the
- * profile) whole: see files.c.
+ * Replacing the file the filter writes (the statistics report) whole:
+ * see files.c.
  */
 
 #ifndef NBDKIT_RESHAPE_FILES_H

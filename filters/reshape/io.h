@@ -16,16 +16,14 @@
 
 #include "walk.h"
 
-struct cut;
 struct split_conn;
-struct tune;
+struct auto_export;
 
 struct io {
   nbdkit_next *next;
   const struct geometry *geo;   /* the connection's, settled at prepare */
   struct split_conn *split;     /* the connection's piece timings */
-  struct tune *tune;            /* reshape-size=auto: the export's */
-  struct cut *cut;              /* ... and its cut-or-whole choices */
+  struct auto_export *autoexp;     /* reshape-size=auto: the export's */
   /* A stage (write-back, a stream) hands a client request on to the
    * stages below it through these, without knowing which they are:
    * the order of the stages is written in reshape.c alone.  0, or -1

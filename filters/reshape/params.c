@@ -30,6 +30,7 @@
 #include "common.h"
 #include "params.h"
 #include "tunables.h"
+#include "warn.h"
 
 /* PARAMS_HELP states these defaults in words. */
 _Static_assert (DEFAULT_POOL == 64 * MiB, "PARAMS_HELP: reshape-pool");
@@ -241,14 +242,18 @@ params_key (const char *key, const char *value)
     }
   if (strcmp (key, "reshape-stats") == 0)
     return params_file (&reshape_cfg.stats_file, key, value);
-  if (strcmp (key, "reshape-profile") == 0)
-    return params_file (&reshape_cfg.profile_file, key, value);
+  if (strcmp (key, "reshape-profile") == 0) {
+    /* Taken so that scripts that pass it keep working. */
+    reshape_warning ("reshape-profile is ignored: reshape-size=auto "
+                     "measures each plugin from the first request");
+    return 1;
+  }
   if (strncmp (key, "reshape-", 8) == 0) {
     /* A typo must not silently reach the plugin as its own parameter. */
     nbdkit_error ("unknown parameter '%s'; the reshape filter takes "
                   "reshape-size, -min, -max, -maxdata, -maxlen, -pool, "
                   "-parallel, -readahead, -writeback, -sndbuf, "
-                  "-stats and -profile", key);
+                  "-stats", key);
     return -1;
   }
   return 0;
@@ -295,8 +300,7 @@ params_free (void)
     raw[id] = NULL;
   }
   free (reshape_cfg.stats_file);
-  free (reshape_cfg.profile_file);
-  reshape_cfg.stats_file = reshape_cfg.profile_file = NULL;
+  reshape_cfg.stats_file = NULL;
 }
 
 /* The largest power of 2 not above v, within NBD's preferred sizes. */
@@ -398,19 +402,16 @@ params_limits (nbdkit_next *next, struct geometry *geo, uint32_t *ppref)
   return 0;
 }
 
-/* The request size and what clients are told to prefer, for every
- * way the size can be known:
+/* The request size and what clients are told to prefer:
  *
  *   - reshape-size=SIZE: both;
- *   - reshape-size=auto, once learnt (learn.c): the learnt unit and
- *     preferred size, or the plugin's preferred size if larger (the
- *     plugin may know what timing cannot see, a RAID stripe say);
- *   - otherwise the plugin's preferred size if above HINT_SIZE, else
- *     the static DEFAULT_SIZE, a guess for where to cut, while clients
- *     are told GUESS_PREFERRED: nbdcopy and qemu-img size their
- *     requests by it, and a large request costs nothing when the guess
- *     is wrong, since reshape-size=auto cuts (cut.c) what the plugin
- *     serves faster in pieces.
+ *   - reshape-size=auto: the plugin's preferred size if above
+ *     HINT_SIZE, else the static DEFAULT_SIZE, a guess for where to
+ *     cut, while clients are told GUESS_PREFERRED: nbdcopy and qemu-img
+ *     size their requests by it, and a large request costs nothing when
+ *     the guess is wrong, since auto.c cuts what the plugin serves
+ *     faster in pieces (a size told from what was measured bought
+ *     nothing: docs/design.md).
  *
  * Then the geometry's bounds: at least the minimum block, at most the
  * maximum (the cap wins), and the preferred size a power of 2 no
@@ -418,18 +419,13 @@ params_limits (nbdkit_next *next, struct geometry *geo, uint32_t *ppref)
  * guess.
  */
 void
-params_sizes (struct geometry *geo, uint32_t ppref, uint32_t learnt_unit,
-              uint32_t learnt_preferred, uint32_t *preferred)
+params_sizes (struct geometry *geo, uint32_t ppref, uint32_t *preferred)
 {
   uint64_t size, pref, told_cap;
   bool guess = false;
 
   if (reshape_cfg.size)
     size = pref = reshape_cfg.size;
-  else if (learnt_preferred) {
-    pref = MAX (learnt_preferred, ppref);
-    size = MAX (learnt_unit ? learnt_unit : DEFAULT_SIZE, pref);
-  }
   else if (ppref > HINT_SIZE)
     size = pref = ppref;
   else {

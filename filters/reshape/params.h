@@ -35,7 +35,6 @@ struct params {
   uint32_t readahead;       /* reshape-readahead: largest window, 0 = off */
   bool writeback;           /* reshape-writeback */
   char *stats_file;         /* reshape-stats, absolute path or NULL */
-  char *profile_file;       /* reshape-profile, absolute path or NULL */
   bool parallel_ok;         /* the stack's thread model is parallel
                                (known at get_ready) */
 };
@@ -53,13 +52,11 @@ extern void params_free (void);
  * advertises (its preferred size in *ppref); -1 with the error
  * reported if they leave no valid request size.  params_sizes then
  * settles the request size and the preferred size told to clients,
- * from reshape-size, or what reshape-size=auto learnt (0: nothing),
- * or the plugin.
+ * from reshape-size or the plugin.
  */
 extern int params_limits (nbdkit_next *next, struct geometry *geo,
                           uint32_t *ppref);
 extern void params_sizes (struct geometry *geo, uint32_t ppref,
-                          uint32_t learnt_unit, uint32_t learnt_preferred,
                           uint32_t *preferred);
 
 /* The filter's --help: descriptions in one column, every default
@@ -92,8 +89,6 @@ extern void params_sizes (struct geometry *geo, uint32_t ppref,
   "reshape-sndbuf=<SIZE>|off     " \
     "Unix socket clients' send buffer " PARAMS_HELP_SNDBUF ".\n" \
   "reshape-stats=<FILE>          " \
-    "Statistics report at exit (default: none).\n" \
-  "reshape-profile=<FILE>        " \
-    "Keep what reshape-size=auto learns (default: none)."
+    "Statistics report at exit (default: none)."
 
 #endif /* NBDKIT_RESHAPE_PARAMS_H */

@@ -41,13 +41,12 @@
 #include "params.h"
 #include "export.h"
 #include "pool.h"
-#include "profile.h"
 #include "sockbuf.h"
 #include "split.h"
 #include "stats.h"
 #include "stream.h"
 #include "tunables.h"
-#include "tune.h"
+#include "auto.h"
 #include "helpers.h"
 #include "warn.h"
 #include "writeback.h"
@@ -97,8 +96,8 @@ io_init (struct io *io, nbdkit_next *next, struct handle *h)
 {
   /* reshape-size=SIZE: nothing to learn, nothing timed. */
   *io = (struct io) { .next = next, .geo = &h->geo, .split = &h->split,
-                      .tune = reshape_cfg.size ? NULL : h->exp->tune,
-                      .cut = h->exp->cut, .pread_below = pread_below,
+                      .autoexp = reshape_cfg.size ? NULL : h->exp->autoexp,
+                      .pread_below = pread_below,
                       .pwrite_below = pwrite_below,
                       .flush_staged = flush_staged,
                       .conn = h };
@@ -122,10 +121,8 @@ static bool lost_writes;
 static void
 reshape_unload (void)
 {
-  profile_save (true, export_each);
   stats_report (reshape_cfg.stats_file, reshape_cfg.size,
                 reshape_cfg.size ? NULL : &export_stats);
-  profile_free ();
   export_free_all ();
   pool_free_all ();
   params_free ();
@@ -143,7 +140,6 @@ reshape_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
     return -1;
   if (r == 1)
     return 0;
-  profile_note_param (key, value);
   return next (nxdata, key, value);
 }
 
@@ -158,9 +154,6 @@ reshape_config_complete (nbdkit_next_config_complete *next,
   /* Fail now, not at exit, if the report cannot be written. */
   if (params_complete () == -1 ||
       (reshape_cfg.stats_file && stats_check (reshape_cfg.stats_file) == -1))
-    return -1;
-  if (reshape_cfg.profile_file &&
-      profile_load (reshape_cfg.profile_file) == -1)
     return -1;
   pool_init (reshape_cfg.pool);
   pool_set_reclaim (cache_reclaim);
@@ -273,7 +266,6 @@ static int
 reshape_prepare (nbdkit_next *next, void *handle, int readonly)
 {
   struct handle *h = handle;
-  struct learn_sizes learnt = { 0 };
   uint32_t ppref;
 
   h->multi_conn = next->can_multi_conn (next) == 1;
@@ -286,16 +278,12 @@ reshape_prepare (nbdkit_next *next, void *handle, int readonly)
     return -1;
   if (params_limits (next, &h->geo, &ppref) == -1)
     return -1;
-  /* reshape-size=auto: what earlier connections taught (or a profile
-   * kept); nothing is read from the plugin here.
+  /* reshape-size=auto: what earlier connections measured; nothing is
+   * read from the plugin here.
    */
-  if (reshape_cfg.size == 0) {
-    tune_connect (h->exp->tune, &h->geo);
-    profile_apply (h->exp->tune, &h->geo);
-    tune_get_sizes (h->exp->tune, &learnt);
-  }
-  params_sizes (&h->geo, ppref, learnt.unit, learnt.preferred,
-                &h->preferred);
+  if (reshape_cfg.size == 0)
+    auto_connect (h->exp->autoexp, &h->geo, reshape_cfg.parallel_ok);
+  params_sizes (&h->geo, ppref, &h->preferred);
   /* Balanced by writeback_close in finalize, which nbdkit calls only
    * for a connection whose prepare succeeded.  Only a context that can
    * write may write back for another export name (nbdkit asserts it).
@@ -316,7 +304,6 @@ reshape_finalize (nbdkit_next *next, void *handle)
 
   io_init (&io, next, h);
   writeback_close (&h->wb, &io);
-  profile_save (false, export_each);
   return 0;
 }
 
@@ -363,7 +350,7 @@ reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
    */
   writeback_begin (&h->wb, &io, offset, offset + count, &claim);
   r = STREAM_PASS;
-  if (readahead_on (h) && !(io.tune && tune_fast (io.tune)))
+  if (readahead_on (h) && !(io.autoexp && auto_fast (io.autoexp)))
     r = stream_pread (&h->stream, h->cache, &io, buf, count, offset,
                       &ahead, err);
   if (r == STREAM_PASS)
@@ -467,7 +454,7 @@ reshape_cache (nbdkit_next *next, void *handle, uint32_t count,
   /* A plugin learnt to have no latency gains nothing from a copy; a
    * layer below that does not cache gets no request (a hint, done).
    */
-  if (h->cache == NULL || (io.tune && tune_fast (io.tune))) {
+  if (h->cache == NULL || (io.autoexp && auto_fast (io.autoexp))) {
     if (h->next_cache == NBDKIT_CACHE_NONE)
       return 0;
     return split_cache (&io, count, offset, flags, err);

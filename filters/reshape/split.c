@@ -5,7 +5,7 @@
  * Client requests become plugin requests here.  Every read, write,
  * zero, trim, cache, extents and flush request the plugin gets comes
  * through this file; with reshape-size=auto its data reads and writes
- * are timed for tune.c.  Each
+ * are timed for auto.c.  Each
  * operation walks its range (walk.c) and runs one small function per
  * piece.  Data pieces read into or write from slices of the client's
  * buffer directly; only partial blocks go through bounce buffers from
@@ -38,7 +38,6 @@
 #include <nbdkit-filter.h>
 
 #include "common.h"
-#include "cut.h"
 #include "params.h"
 #include "pool.h"
 #include "rangelock.h"
@@ -67,7 +66,7 @@ struct op {
   uint32_t flags;             /* flags for each piece */
   uint32_t cap;               /* no piece larger: maxdata or maxlen */
   bool write;                 /* pieces take block-range locks */
-  bool timed;                 /* data pieces: tell tune.c their cost */
+  bool timed;                 /* data pieces: tell auto.c their cost */
   bool own;                   /* the filter's own read, no client's */
 };
 
@@ -210,7 +209,7 @@ work_on (void *opaque)
       }
     }
     else if (sw->o->timed && !p.partial)
-      tune_record (sw->o->io->tune, sw->o->write ? LEARN_WRITE : LEARN_READ,
+      auto_time (sw->o->io->autoexp, sw->o->write ? AUTO_WRITE : AUTO_READ,
                    p.count, now_ns () - start);
     busy += now_ns () - start;
   }
@@ -376,37 +375,29 @@ pread_piece (const struct op *o, const struct piece *p, int *err)
 }
 
 /* Where a read or write of count bytes is cut: at reshape-size, or
- * (reshape-size=auto) where cut.c finds it pays, which may be not at
+ * (reshape-size=auto) where auto.c finds it pays, which may be not at
  * all.  data_done must follow.
  */
 static uint32_t
-data_step (struct op *o, uint64_t count, struct cut_choice *c)
+data_step (struct op *o, uint64_t count)
 {
-  uint32_t step;
+  uint64_t step;
 
-  c->cls = -1;
-  if (o->io->tune == NULL)
+  if (o->io->autoexp == NULL)
     return o->io->geo->size;
-  if (tune_fast (o->io->tune))
-    return UINT32_MAX;                  /* whole, untimed */
   o->timed = true;
-  if (o->own) {
-    const uint64_t cut = cut_own (o->io->cut, o->io->tune, count,
-                                  o->io->geo->max);
-    return cut < count ? cut : UINT32_MAX;
-  }
-  step = cut_begin (o->io->cut, o->io->tune,
-                    o->write ? LEARN_WRITE : LEARN_READ,
-                    count, o->io->geo->max, c);
+  step = auto_cut_begin (o->io->autoexp, o->write ? AUTO_WRITE : AUTO_READ,
+                         count, o->io->geo->max,
+                         reshape_cfg.parallel_ok ? reshape_cfg.parallel : 1,
+                         o->own);
   return step < count ? step : UINT32_MAX;    /* whole: up to the max */
 }
 
-/* A request that succeeded teaches cut.c what its cut cost. */
 static int
-data_done (const struct op *o, const struct cut_choice *c, int r)
+data_done (const struct op *o, int r)
 {
-  if (c->cls >= 0)
-    cut_end (o->io->cut, o->write ? LEARN_WRITE : LEARN_READ, c, r == 0);
+  if (o->timed)
+    auto_cut_end (o->io->autoexp);
   return r;
 }
 
@@ -423,11 +414,10 @@ split_pread_as (const struct io *io, void *buf, uint32_t count,
 {
   struct op o = { .io = io, .offset = offset, .rbuf = buf, .own = own,
                   .cap = io->geo->max };
-  struct cut_choice c;
-  uint32_t step = data_step (&o, count, &c);
+  uint32_t step = data_step (&o, count);
 
-  return data_done (&o, &c,
-                    run_pieces (&o, offset, count, step, pread_piece, err));
+  return data_done (&o, run_pieces (&o, offset, count, step, pread_piece,
+                                    err));
 }
 
 static int
@@ -448,10 +438,9 @@ split_pwrite (const struct io *io, const void *buf, uint32_t count,
 {
   struct op o = { .io = io, .offset = offset, .wbuf = buf, .flags = flags,
                   .cap = io->geo->max, .write = true };
-  struct cut_choice c;
-  uint32_t step = data_step (&o, count, &c);
+  uint32_t step = data_step (&o, count);
 
-  return data_done (&o, &c, run_write (&o, count, step, pwrite_piece, err));
+  return data_done (&o, run_write (&o, count, step, pwrite_piece, err));
 }
 
 /* Partial blocks of a zero are written as zeros; MAY_TRIM and

@@ -17,9 +17,8 @@
 
 #include <nbdkit-filter.h>
 
-#include "cut.h"
 #include "io.h"
-#include "tune.h"
+#include "auto.h"
 #include "walk.h"
 
 /* Split's state for one connection: the mean time per piece of its

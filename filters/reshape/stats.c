@@ -77,7 +77,6 @@ static const struct {
   [C_RA_REFUSED] = { "readahead fills over budget",
                      "readahead_fills_refused" },
   [C_RA_CACHED] = { "cached for cache requests", "cached_bytes", true },
-  [C_CUT_SWITCHES] = { "cut-or-whole choices changed", "cut_switches" },
   [C_WB_STAGED] = { "staged (write-back)", "staged_bytes", true },
   [C_WB_WRITTEN] = { "staged, written back", "written_back_bytes", true },
   [C_WB_FAILED] = { "write-backs failed (kept staged)",

@@ -38,7 +38,6 @@ enum stats_counter {
   C_RA_UNREAD,         /* bytes read ahead that no client read */
   C_RA_REFUSED,        /* fills the readahead budget refused */
   C_RA_CACHED,         /* bytes read into the cache for cache requests */
-  C_CUT_SWITCHES,      /* cut-or-whole choices changed (auto) */
   C_WB_STAGED,         /* bytes of small writes staged */
   C_WB_WRITTEN,        /* staged bytes written back */
   C_WB_FAILED,         /* write-backs the plugin failed (kept staged) */

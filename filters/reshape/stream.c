@@ -65,7 +65,7 @@
 #include "stats.h"
 #include "stream.h"
 #include "tunables.h"
-#include "tune.h"
+#include "auto.h"
 
 void
 stream_init (struct stream *s)
@@ -384,7 +384,7 @@ window_read (struct stream *s, struct cache *cache, const struct io *io,
              uint32_t size, const struct read_req *rq, int *err)
 {
   const struct geometry *geo = io->geo;
-  const uint32_t grain = io->tune ? tune_grain (io->tune) : 0;
+  const uint32_t grain = io->autoexp ? auto_published_grain (io->autoexp) : 0;
   const uint64_t read_hi = MIN (ROUND_UP (rq->offset + rq->count, geo->min),
                                 geo->exportsize);
   enum fill_result result = FILL_LOST;
@@ -412,7 +412,7 @@ window_read (struct stream *s, struct cache *cache, const struct io *io,
 /* --- Grains. --- */
 
 /* The grain a read in the stream that missed the cache is served
- * from, as the learning says (tune_stream_grain), if it is whole
+ * from, as the learning says (auto_stream_grain), if it is whole
  * minimum blocks that the pool can lend and the plugin take in one
  * call; else 0: the read goes as it is.
  */
@@ -423,9 +423,9 @@ stream_grain (const struct io *io, uint32_t count)
   const uint64_t cap = MIN (MIN (pool_largest (POOL_REQUEST),
                                  geo->max), geo->exportsize);
 
-  if (io->tune == NULL)
+  if (io->autoexp == NULL)
     return 0;
-  return tune_stream_grain (io->tune, count, cap);
+  return auto_stream_grain (io->autoexp, count, cap);
 }
 
 /* The longest run: the largest window, but at least a grain. */
@@ -597,7 +597,7 @@ ahead_due (struct stream *s, struct cache *cache, const struct io *io,
            const struct read_req *rq, struct cache_fill *f)
 {
   const struct read_req nobody = { .buf = NULL, .offset = rq->offset };
-  const uint32_t grain = io->tune ? tune_grain (io->tune) : 0;
+  const uint32_t grain = io->autoexp ? auto_published_grain (io->autoexp) : 0;
 
   if (grain <= rq->count || grain > pool_largest (POOL_REQUEST))
     return false;
@@ -652,7 +652,7 @@ stream_pread (struct stream *s, struct cache *cache, const struct io *io,
    * wants: no copy through the cache for them (reshape-size=SIZE; auto
    * learns what that size is from them too).
    */
-  if (count >= io->geo->size && io->tune == NULL)
+  if (count >= io->geo->size && io->autoexp == NULL)
     return STREAM_PASS;
   stream_begin (s, io->geo, &rq, &v);
   rq.span = (uint64_t) (v.in_flight - 1) * count;
@@ -667,7 +667,8 @@ stream_pread (struct stream *s, struct cache *cache, const struct io *io,
      * curl on nbdkit 1.32), which a run fetched ahead keeps served.
      */
     ahead->due = v.in_stream && !v.window &&
-      (v.pipelined || !reshape_cfg.parallel_ok) &&
+      (v.pipelined ||
+       !(reshape_cfg.parallel_ok || reshape_debug_ablate & ABLATE_AHEAD)) &&
       ahead_due (s, cache, io, &rq, &ahead->f);
   }
   else if (v.window)

@@ -23,12 +23,11 @@
 /* NBD's smallest preferred block size; the largest nbdcopy takes. */
 #define NBD_PREFERRED_MIN 512
 #define NBD_PREFERRED_MAX (32 * 1024 * 1024)
-/* NBD's longest export name. */
-#define NBD_NAME_MAX 4096
 
 /* ---- Parameters' defaults and bounds ---- */
 
-/* The request size until something is learnt [seeds' sweep of nbdcopy
+/* The request size until something is learnt, and the preferred size
+ * told for a plugin without latency [seeds' sweep of nbdcopy
  * --request-size over sparse-random; nbdcopy's own default].
  */
 #define DEFAULT_SIZE (256 * 1024)
@@ -107,64 +106,31 @@
 #define CACHE_SHARE_NUM 2
 #define CACHE_SHARE_DEN 3
 
-/* reshape-size=auto's learning (learn.c; EXPORTS_MAX: export.c)
- * [tests/unit-sim; bench/results/tune]:
- *   BASE_MAX       streams of reads smaller than this get grains
+/* reshape-size=auto (auto.c; EXPORTS_MAX: export.c) [tests/unit-sim;
+ * bench/results/tune]:
+ *   AGE            the table forgets calls older than 2 AGE calls of
+ *                  the export (a plugin that changes is followed)
  *   GUESS_CALLS    grains of GUESS_PREFERRED timed before the line
  *                  through their cost and the reads' is drawn [test-
- *                  tune: one cluster decoder, 16 reads in flight]
+ *                  tune: one cluster decoder, 16 reads in flight];
+ *                  streams of reads smaller than half a
+ *                  GUESS_PREFERRED get grains
  *   KNEE           a GUESS_PREFERRED grain costing less than this many
  *                  reads is kept whole (clusters, or latency that
- *                  dwarfs the transfer)
- *   PREFERRED_CAP  the largest preferred size told
- *   FAST_PREFERRED told for a plugin without latency
- *   EXPORTS_MAX    exports whose learning is remembered
+ *                  dwarfs the transfer); requests whose calls take
+ *                  this many times their fastest on average queue at
+ *                  the plugin, and are not cut
+ *   CUT_GAIN       a cut the model promises this much faster is made
+ *   PIECE_MIN      the smallest piece a request is cut to, without a
+ *                  stream's line
+ *   EXPORTS_MAX    exports whose measurements are remembered
  */
-#define BASE_MAX (1024 * 1024)
+#define AGE 32
 #define GUESS_CALLS 4
 #define KNEE 1.5
-#define PREFERRED_CAP (8 * 1024 * 1024)
-#define FAST_PREFERRED (64 * 1024)
-#define EXPORTS_MAX 64
-
-/* Cut or whole (cut.c) [bench big; tune lat1]:
- *   CUT_GAIN       a cut the model promises this much faster is tried
- *   EXPLORE_*      try the other way every so many requests: FIRST
- *                  until both are measured (EAGER if the model promises
- *                  BIG_GAIN), then EVERY, backing off to RARELY
- *   SWITCH         the other way wins when this much cheaper per byte;
- *                  WORSE: an exploration that lost; MIN_SAMPLES of each
- *   UNLEARNT_MIN   without a model, reads this large are tried cut,
- *                  in pieces of PIECE_MIN or more [2M clusters: no
- *                  smaller pieces]; writes from UNLEARNT_WRITE_MIN
- *                  are cut in pieces of WRITE_PIECE_MIN or more once
- *                  the fastest of the first MIN_SAMPLES, whole, took
- *                  SLOW_WRITE_NS_PER_BYTE or more (1 GB/s)
- *                  [tests/unit-sim, qemu-img convert to: 7
- *                  cells from 1.30-1.55x the best fixed size to
- *                  1.00-1.18x; 256K pieces: lanes4 1.70x, a 4-lane
- *                  plugin; cut from the first write: tune.sh's zero
- *                  row 0.93x no filter]
- */
 #define CUT_GAIN 1.25
-#define EXPLORE_FIRST 4
-#define EXPLORE_EAGER 2
-#define BIG_GAIN 2.0
-#define EXPLORE_EVERY 16
-#define EXPLORE_RARELY 256
-#define SWITCH 0.87
-#define WORSE 1.3
-#define MIN_SAMPLES 3
-#define UNLEARNT_MIN (8 * 1024 * 1024)
-#define UNLEARNT_WRITE_MIN (2 * 1024 * 1024)
-#define PIECE_MIN (1024 * 1024)
-#define WRITE_PIECE_MIN (512 * 1024)
-#define SLOW_WRITE_NS_PER_BYTE 1.0
-/* The weight of a new sample in cut.c's moving cost per byte: recent
- * enough to follow a plugin that changes, smooth enough that one slow
- * request does not flip the choice.
- */
-#define COST_WEIGHT 0.25
+#define PIECE_MIN (256 * 1024)
+#define EXPORTS_MAX 64
 
 /* Before anything is learnt, a plugin's preferred size above this is
  * told to clients and cut at (params.c) [the seeds: 4K, the common
@@ -173,7 +139,7 @@
 #define HINT_SIZE (4 * 1024)
 
 /* ... at or below it, clients are told this while requests are cut at
- * DEFAULT_SIZE or where cut.c finds it pays [tests/unit-sim: every
+ * DEFAULT_SIZE or where auto.c finds it pays [tests/unit-sim: every
  * nbdcopy cell within 1.02x of the best fixed size but serial20 4K
  * and lanes4, the seed's 1.34x to 1.01x; 1M: seed 1.64x; nbdcopy
  * aborts above 32M].
@@ -193,10 +159,5 @@
  * many requests).
  */
 #define CLOSE_TRIES 8
-
-/* reshape-profile (profile.c): a connection closing saves what was
- * learnt since, at most this often (ns).
- */
-#define SAVE_EVERY_NS (UINT64_C (5) * 1000 * 1000 * 1000)
 
 #endif /* NBDKIT_RESHAPE_TUNABLES_H */
