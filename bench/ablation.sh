@@ -21,6 +21,11 @@
 #           filter, reshape-size=1M
 #   writes  qemu-img convert to the model plugin, 12 ms + 150 MB/s,
 #           256M; references: no filter, reshape-size=256K
+#   cached  5000 sequential 4K reads, 32 in flight, over the model
+#           plugin at 15 ms + 150 MB/s, a third of its calls answered
+#           at once (a cache below); reference: no filter
+#   turn    the same over a plugin that answers its first 200 calls at
+#           once, then takes 15 ms + 150 MB/s; reference: no filter
 #
 # usage: bench/ablation.sh [RUNS [ROW...]]   (3; all rows) from a
 # built tree.  Writes OUT (default: a new directory under /tmp, named
@@ -36,7 +41,7 @@ cd "$(dirname "$0")/.."
 export PATH="/usr/bin:/bin:$PATH"
 runs=${1:-3}
 shift || :
-rows=${*:-seed cdi par writes}
+rows=${*:-seed cdi par writes cached turn}
 F=$PWD/filters/reshape/.libs/nbdkit-reshape-filter.so
 M=$PWD/bench/.libs/nbdkit-model-plugin.so
 out=${OUT:-$(mktemp -d /tmp/reshape-ablation.XXXXXX)}
@@ -115,6 +120,10 @@ run ()
              --run 'nbdcopy "$uri" null:' ;;
     writes:*) seconds nbdkit -U - $f "$M" size=256M latency=12ms bandwidth=150M $p \
                 --run "qemu-img convert -n -f raw -O raw '$scratch/src.img' \"\$uri\"" ;;
+    cached:*|turn:*)
+      seconds nbdkit -U - $f "$M" size=64M latency=15ms bandwidth=150M \
+        "$(case $1 in cached) echo cached=33 ;; *) echo fast-calls=200 ;; esac)" \
+        --run "/usr/bin/python3 tests/stream-reads.py \"\$uri\" 4096 32 $((5000 * 4096))" ;;
   esac
 }
 
@@ -125,6 +134,7 @@ refs ()
     cdi) echo "download none" ;;
     par) echo "none size=1M" ;;
     writes) echo "none size=256K" ;;
+    cached|turn) echo "none" ;;
   esac
 }
 

@@ -23,7 +23,9 @@
  * lanes=N serves N requests at once, the others waiting their turn (a
  * backend behind a pool of N connections).  slow-reads=N: the first N
  * reads move their bytes ten times slower (a machine short of CPU for
- * a moment).
+ * a moment).  fast-calls=N: the first N calls are answered at once
+ * (a plugin that turns slow); cached=P: P percent of calls, drawn from
+ * the seed, are (a cache below the filter).
  * Reads of a 2M region never written return zeros without touching
  * the disk's memory, and prefault=true allocates that memory at start
  * (for writes), so that the machine's own page faults (milliseconds
@@ -76,6 +78,8 @@ static char *bad_file;                       /* ... while this exists */
 static uint64_t first_touch_ns;     /* the first access to a region */
 static uint64_t jitter_ns;          /* at most, added to latency */
 static unsigned slow_reads;         /* the first ones: 10x slower */
+static unsigned fast_calls;         /* the first ones: at once */
+static unsigned cached;             /* percent of calls: at once */
 static uint64_t jitter_state = 1;   /* xorshift64, atomic */
 static unsigned char *touched;      /* per REGION: accessed yet */
 static unsigned char *written;      /* per REGION: memory holds data */
@@ -155,6 +159,16 @@ model_config (const char *key, const char *value)
   else if (strcmp (key, "slow-reads") == 0) {
     if (nbdkit_parse_unsigned (key, value, &slow_reads) == -1)
       return -1;
+  }
+  else if (strcmp (key, "fast-calls") == 0) {
+    if (nbdkit_parse_unsigned (key, value, &fast_calls) == -1)
+      return -1;
+  }
+  else if (strcmp (key, "cached") == 0) {
+    if (nbdkit_parse_unsigned (key, value, &cached) == -1 || cached > 100) {
+      nbdkit_error ("cached: a percentage from 0 to 100");
+      return -1;
+    }
   }
   else if (strcmp (key, "lanes") == 0) {
     if (nbdkit_parse_unsigned (key, value, &lanes) == -1)
@@ -326,14 +340,12 @@ note_inflight (void)
     ;
 }
 
-/* A wait from 0 to jitter_ns, the next of the seed's sequence. */
+/* The next of the seed's sequence. */
 static uint64_t
-jitter (void)
+next_random (void)
 {
   uint64_t old = __atomic_load_n (&jitter_state, __ATOMIC_RELAXED), x;
 
-  if (jitter_ns == 0)
-    return 0;
   do {
     x = old;
     x ^= x << 13;
@@ -342,7 +354,14 @@ jitter (void)
   } while (!__atomic_compare_exchange_n (&jitter_state, &old, x, false,
                                          __ATOMIC_RELAXED,
                                          __ATOMIC_RELAXED));
-  return x % (jitter_ns + 1);
+  return x;
+}
+
+/* A wait from 0 to jitter_ns. */
+static uint64_t
+jitter (void)
+{
+  return jitter_ns ? next_random () % (jitter_ns + 1) : 0;
 }
 
 /* lanes=N: a backend that serves N requests at once (a pool of N
@@ -379,6 +398,9 @@ wait_for (uint32_t count, uint64_t *counter)
   if (bandwidth)
     ns += (uint64_t) count * 1000000000 / bandwidth *
           (counter == &reads && nth < slow_reads ? 10 : 1);
+  if (__atomic_load_n (&calls, __ATOMIC_RELAXED) <= fast_calls ||
+      (cached && next_random () % 100 < cached))
+    ns = 0;
   note_inflight ();
   lane_take ();
   r = ns ? nbdkit_nanosleep (ns / 1000000000, ns % 1000000000) : 0;
