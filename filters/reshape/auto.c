@@ -500,20 +500,28 @@ auto_stream_grain (struct auto_export *e, uint32_t count, uint64_t cap)
   return g;
 }
 
+/* Only requests that may be cut count in flight: they share the
+ * plugin's lanes (a client's small reads in flight do not stop a
+ * window's pieces).
+ */
 uint64_t
 auto_cut_begin (struct auto_export *e, enum auto_dir d, uint64_t count,
                 uint32_t max, unsigned parallel, bool own)
 {
-  const unsigned n = __atomic_add_fetch (&e->inflight, 1, __ATOMIC_RELAXED);
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&e->lock);
+  unsigned n;
 
+  if (count < 2 * PIECE_MIN)
+    return count;
+  n = __atomic_add_fetch (&e->inflight, 1, __ATOMIC_RELAXED);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&e->lock);
   return auto_cut (&e->core, d, count, max, parallel, n, own);
 }
 
 void
-auto_cut_end (struct auto_export *e)
+auto_cut_end (struct auto_export *e, uint64_t count)
 {
-  __atomic_sub_fetch (&e->inflight, 1, __ATOMIC_RELAXED);
+  if (count >= 2 * PIECE_MIN)
+    __atomic_sub_fetch (&e->inflight, 1, __ATOMIC_RELAXED);
 }
 
 static const char *const state_names[] = {

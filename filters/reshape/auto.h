@@ -151,11 +151,13 @@ extern void auto_time (struct auto_export *e, enum auto_dir d,
                        uint64_t bytes, uint64_t ns);
 extern uint32_t auto_stream_grain (struct auto_export *e, uint32_t count,
                                    uint64_t cap);
-/* The step for a request (see auto_cut); auto_cut_end after it. */
+/* The step for a request of count bytes (see auto_cut); auto_cut_end
+ * after it.
+ */
 extern uint64_t auto_cut_begin (struct auto_export *e, enum auto_dir d,
                                 uint64_t count, uint32_t max,
                                 unsigned parallel, bool own);
-extern void auto_cut_end (struct auto_export *e);
+extern void auto_cut_end (struct auto_export *e, uint64_t count);
 
 /* The report's part: a line per export, the choices and tables, JSON. */
 extern void auto_summary (auto_walk *each, FILE *fp);

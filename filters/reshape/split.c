@@ -394,10 +394,10 @@ data_step (struct op *o, uint64_t count)
 }
 
 static int
-data_done (const struct op *o, int r)
+data_done (const struct op *o, uint64_t count, int r)
 {
   if (o->timed)
-    auto_cut_end (o->io->autoexp);
+    auto_cut_end (o->io->autoexp, count);
   return r;
 }
 
@@ -416,8 +416,8 @@ split_pread_as (const struct io *io, void *buf, uint32_t count,
                   .cap = io->geo->max };
   uint32_t step = data_step (&o, count);
 
-  return data_done (&o, run_pieces (&o, offset, count, step, pread_piece,
-                                    err));
+  return data_done (&o, count, run_pieces (&o, offset, count, step,
+                                           pread_piece, err));
 }
 
 static int
@@ -440,7 +440,8 @@ split_pwrite (const struct io *io, const void *buf, uint32_t count,
                   .cap = io->geo->max, .write = true };
   uint32_t step = data_step (&o, count);
 
-  return data_done (&o, run_write (&o, count, step, pwrite_piece, err));
+  return data_done (&o, count,
+                    run_write (&o, count, step, pwrite_piece, err));
 }
 
 /* Partial blocks of a zero are written as zeros; MAY_TRIM and
