@@ -17,7 +17,7 @@
  *   - a plugin without latency is known to be fast, and gets no grain;
  *   - the grain G is GUESS_PREFERRED where that costs under KNEE reads
  *     (by the model's own costs, give or take the noise), else the
- *     largest power of 2 whose transfer takes at most twice a read's
+ *     power of 2 nearest the size whose transfer takes twice a read's
  *     time (within a factor of 2);
  *   - after a slow start (the first 30 calls ten times slower): the
  *     same once the table has forgotten them (3 AGE calls on);
@@ -157,7 +157,7 @@ want_grain (const struct plugin *p, uint32_t read)
 
   if (g <= KNEE * r)
     return GUESS_PREFERRED;
-  while (2 * w <= 2 * r / npb && w < GUESS_PREFERRED)
+  while (w * 1.41421356 < 2 * r / npb && w < GUESS_PREFERRED)
     w *= 2;
   return w;
 }

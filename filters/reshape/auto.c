@@ -25,7 +25,7 @@
  * cheapest per byte beyond it gives the cost per call and per byte,
  * and the grain: GUESS_PREFERRED where it costs less than KNEE reads
  * (clusters decoded whole, or latency that dwarfs the transfer), else
- * the largest power of 2 that moves in twice a read's time; at most
+ * the power of 2 nearest what moves in twice a read's time; at most
  * what the plugin, the pool and the export take.
  *
  * The cut: where the line through the recent calls of a direction
@@ -198,12 +198,9 @@ update (struct auto_core *a)
   }
   else {
     const double g_ns = m.lat_ns + top * m.ns_per_byte;
-    const double fit = m.ns_per_byte > 0 ? 2 * r_ns / m.ns_per_byte : 0;
     m.grain = top;
-    if (g_ns > KNEE * r_ns && fit >= 4096)
-      m.grain = MIN (pow2_floor (fit), top);
-    else if (g_ns > KNEE * r_ns)
-      m.grain = 4096;
+    if (g_ns > KNEE * r_ns)
+      m.grain = pow2_nearest (4096, 2 * r_ns / m.ns_per_byte, top);
     a->state = AUTO_KNOWN;
     a->line = m;
     a->grain = m.grain;
