@@ -324,7 +324,9 @@ fit (const struct auto_core *a, enum auto_dir d, struct auto_model *m)
 /* Calls of count bytes whose mean is KNEE times their fastest wait
  * for the plugin (clusters decoded one at a time, a plugin's own few
  * lanes): more pieces would only wait longer, and their times, taken
- * while others wait, tell nothing of what a cut saves.  Reads, of
+ * while others wait, tell nothing of what a cut saves (the filter's
+ * own reads are cut on the stream's line, whose grain splits no
+ * cluster, as their client waits for all of it).  Reads, of
  * which fewer than GUESS_CALLS are timed: not known not to (a client
  * reading clusters starts many at once).
  */
@@ -380,7 +382,7 @@ auto_cut (struct auto_core *a, enum auto_dir d, uint64_t count,
     a->probed[d] = now;
     return last < whole ? MIN (2 * last, whole) : pow2_floor (count / 2);
   }
-  if (count < 2 * m.grain || queued (a, d, whole))
+  if (count < 2 * m.grain || (!own && queued (a, d, whole)))
     return whole;
   cut = best_cut (lanes, &m, count, max, &gain);
   a->step[d] = gain >= CUT_GAIN ? cut : whole;
