@@ -146,14 +146,10 @@ enum {
   R_LANES = 8,      /* the model does not know a plugin's own limit of
                        calls at once: pieces beyond it queue, and their
                        cost keeps requests whole */
-  R_VARIED = 16,    /* reads of varied small sizes, 64 in flight, over a
-                       plugin whose reads cost little more than their
-                       transfer: the grains buy nothing, their start
-                       costs 5% */
 };
 static const char *reasons[] = {
   "the guessed preferred size", "writes learnt late",
-  "2M reads not coalesced", "the plugin's own lanes", "varied reads",
+  "2M reads not coalesced", "the plugin's own lanes",
 };
 
 /* The cells where the default misses a goal, each with the ratios it
@@ -172,7 +168,6 @@ static const struct {
   { "slow", "nbdcopy4k", 1.02, 1.26, R_GUESS },
   { "slow", "convert-from", 1.02, 1.28, R_READS },
   { "slow", "convert-to", 1.02, 1.76, R_WRITES },
-  { "disk", "qcow2http", 1.15, 1.15, R_VARIED },
   { "serial20", "nbdcopy4k", 1.02, 1.69, R_GUESS },
   { "serial20", "convert-from", 1.02, 1.46, R_READS },
   { "serial20", "convert-to", 1.02, 1.71, R_WRITES },
