@@ -321,22 +321,23 @@ fit (const struct auto_core *a, enum auto_dir d, struct auto_model *m)
   return true;
 }
 
-/* Calls of count bytes whose mean is KNEE times their fastest wait
+/* Reads of count bytes whose mean is KNEE times their fastest wait
  * for the plugin (clusters decoded one at a time, a plugin's own few
  * lanes): more pieces would only wait longer, and their times, taken
- * while others wait, tell nothing of what a cut saves (the filter's
- * own reads are cut on the stream's line, whose grain splits no
- * cluster, as their client waits for all of it).  Reads, of
- * which fewer than GUESS_CALLS are timed: not known not to (a client
- * reading clusters starts many at once).
+ * while others wait, tell nothing of what a cut saves.  Fewer than
+ * GUESS_CALLS timed: not known not to (a client reading clusters
+ * starts many at once).  The filter's own reads are cut on the
+ * stream's line, whose grain splits no cluster, as their client waits
+ * for all of it; writes decode nothing (and a writer one at a time
+ * measures a loaded machine's noise as queueing).
  */
 static bool
-queued (const struct auto_core *a, enum auto_dir d, uint64_t count)
+queued (const struct auto_core *a, uint64_t count)
 {
-  const struct auto_bucket b = recent (a, &a->table[d][size_class (count)]);
+  const struct auto_bucket b =
+    recent (a, &a->table[AUTO_READ][size_class (count)]);
 
-  return (d == AUTO_READ && b.n < GUESS_CALLS) ||
-    b.sum_ns > KNEE * b.min_ns * b.n;
+  return b.n < GUESS_CALLS || b.sum_ns > KNEE * b.min_ns * b.n;
 }
 
 uint64_t
@@ -382,7 +383,8 @@ auto_cut (struct auto_core *a, enum auto_dir d, uint64_t count,
     a->probed[d] = now;
     return last < whole ? MIN (2 * last, whole) : pow2_floor (count / 2);
   }
-  if (count < 2 * m.grain || (!own && queued (a, d, whole)))
+  if (count < 2 * m.grain ||
+      (!own && d == AUTO_READ && queued (a, whole)))
     return whole;
   cut = best_cut (lanes, &m, count, max, &gain);
   a->step[d] = gain >= CUT_GAIN ? cut : whole;
