@@ -39,6 +39,11 @@
 #include "stats.h"
 #include "tunables.h"
 
+/* Fills failed in a row beyond which the back-off grows no more (one
+ * fill tried in 256).
+ */
+#define FAILED_MAX 8
+
 struct cache_entry {
   uint64_t off;
   uint32_t len;
@@ -56,6 +61,8 @@ struct cache {
   struct cache_entry *entries;      /* most recently used first */
   struct cache_fill *fills;
   struct cache_ask *asks;           /* reads that missed, in flight */
+  unsigned failed;                  /* fills failed in a row */
+  unsigned misses;                  /* fill attempts since */
   struct cache *next;               /* the live list */
 };
 
@@ -431,6 +438,9 @@ link_fill (struct cache *c, struct cache_fill *f, uint64_t lo, uint64_t hi,
   const uint64_t ask_lo = MIN (MAX (read_lo, lo), hi);
   const uint64_t ask_hi = MAX (MIN (read_hi, hi), ask_lo);
 
+  /* After n failed fills in a row, one fill in 2^n is tried. */
+  if (c->failed && ++c->misses % (1u << c->failed))
+    return false;
   f->charged = (hi - lo) - asked_bytes (c, lo, hi, ask_lo, ask_hi, f->expect);
   if (!budget_charge (f->charged))
     return false;
@@ -529,10 +539,19 @@ keep (struct cache *c, struct cache_fill *f, void *buf, uint32_t len,
     ;
   *pp = f->next;
   pthread_cond_broadcast (&c->filled);
-  if (!ok) {
+  if (!ok && len == 0) {            /* never read */
     budget_refund (f->charged);
     return false;
   }
+  if (!ok) {
+    /* What a failed fill read was read for nothing (its read goes down
+     * again), and fills back off until one succeeds.
+     */
+    budget_waste (len, f->charged);
+    c->failed = MIN (c->failed + 1, FAILED_MAX);
+    return false;
+  }
+  c->failed = c->misses = 0;
   e = f->stale ? NULL : entry_new (f, buf, len);
   if (e)
     forget_range (c, f->lo, f->lo + len);
