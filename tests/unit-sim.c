@@ -146,10 +146,14 @@ enum {
   R_LANES = 8,      /* the model does not know a plugin's own limit of
                        calls at once: pieces beyond it queue, and their
                        cost keeps requests whole */
+  R_FIXED = 16,     /* a fixed size fetches runs of grains too, cut in
+                       pieces of that size; auto cuts them in its grains
+                       (larger), or sees a fast plugin and fetches none */
 };
 static const char *reasons[] = {
   "the guessed preferred size", "writes learnt late",
   "2M reads not coalesced", "the plugin's own lanes",
+  "fixed sizes' grains",
 };
 
 /* The cells where the default misses a goal, each with the ratios it
@@ -177,6 +181,16 @@ static const struct {
   { "slowfast", "nbdcopy4k", 1.02, 1.33, R_GUESS },
   { "bimodal", "nbdcopy4k", 1.02, 1.36, R_GUESS },
   { "bimodal", "convert-to", 1.07, 1.58, R_WRITES },
+  { "objstore", "qcow2http", 1.02, 1.50, R_FIXED },
+  { "par15", "qcow2http", 1.02, 1.45, R_FIXED },
+  { "http8", "qcow2http", 1.02, 1.47, R_FIXED },
+  { "slow", "qcow2http", 1.02, 1.42, R_FIXED },
+  { "fast", "naive", 1.10, 2.03, R_FIXED },
+  { "clu2m", "qcow2http", 1.02, 2.50, R_FIXED },
+  { "lanes4", "qcow2http", 1.02, 1.39, R_FIXED },
+  { "fastslow", "qcow2http", 1.02, 1.38, R_FIXED },
+  { "fastslow", "naive", 1.02, 3.29, R_FIXED },
+  { "bimodal", "qcow2http", 1.02, 1.67, R_FIXED },
   { .shape = NULL }
 };
 

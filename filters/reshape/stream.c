@@ -412,9 +412,9 @@ window_read (struct stream *s, struct cache *cache, const struct io *io,
 /* --- Grains. --- */
 
 /* The grain a read in the stream that missed the cache is served
- * from, as the learning says (auto_stream_grain), if it is whole
- * minimum blocks that the pool can lend and the plugin take in one
- * call; else 0: the read goes as it is.
+ * from: auto's (auto_stream_grain), or a fixed reshape-size, if it is
+ * larger than the read, whole minimum blocks that the pool can lend
+ * and the plugin take in one call; else 0: the read goes as it is.
  */
 static uint32_t
 stream_grain (const struct io *io, uint32_t count)
@@ -423,9 +423,16 @@ stream_grain (const struct io *io, uint32_t count)
   const uint64_t cap = MIN (MIN (pool_largest (POOL_REQUEST),
                                  geo->max), geo->exportsize);
 
-  if (io->autoexp == NULL)
-    return 0;
-  return auto_stream_grain (io->autoexp, count, cap);
+  if (io->autoexp)
+    return auto_stream_grain (io->autoexp, count, cap);
+  return geo->size > count && geo->size <= cap ? geo->size : 0;
+}
+
+/* The grain the stream's runs are in, without deciding anything. */
+static uint32_t
+grain_now (const struct io *io)
+{
+  return io->autoexp ? auto_published_grain (io->autoexp) : io->geo->size;
 }
 
 /* The longest run: the largest window, but at least a grain. */
@@ -497,7 +504,7 @@ run_plan (struct stream *s, struct cache *cache, const struct io *io,
       RUN_NEXT : RUN_NONE;
   /* A new run, or a grain alone, gets what the cache lacks of it. */
   f->lo = lo;
-  f->hi = hi;
+  f->hi = lo >= s->run_hi ? MIN (lo + run_cap (io, grain), geo->exportsize) : hi;
   to_gap (cache, geo, rq, &f->lo, &f->hi);
   if (f->lo == ROUND_DOWN (rq->offset, geo->min) &&
       f->hi == MIN (ROUND_UP (rq->offset + rq->count, geo->min),
@@ -597,7 +604,7 @@ ahead_due (struct stream *s, struct cache *cache, const struct io *io,
            const struct read_req *rq, struct cache_fill *f)
 {
   const struct read_req nobody = { .buf = NULL, .offset = rq->offset };
-  const uint32_t grain = io->autoexp ? auto_published_grain (io->autoexp) : 0;
+  const uint32_t grain = grain_now (io);
 
   if (grain <= rq->count || grain > pool_largest (POOL_REQUEST))
     return false;
