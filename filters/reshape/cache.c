@@ -279,13 +279,38 @@ holds (struct cache *c, uint64_t offset, uint32_t count)
   return true;
 }
 
+/* A fill in progress that covers [lo, hi), or NULL.  Lock held. */
+static struct cache_fill *
+covering (struct cache *c, uint64_t lo, uint64_t hi)
+{
+  struct cache_fill *f;
+
+  for (f = c->fills; f; f = f->next)
+    if (f->lo <= lo && hi <= f->hi)
+      return f;
+  return NULL;
+}
+
+static void
+ask_unlink (struct cache *c, struct cache_ask *ask)
+{
+  struct cache_ask **pp;
+
+  for (pp = &c->asks; *pp != ask; pp = &(*pp)->next)
+    ;
+  *pp = ask->next;
+  ask->linked = false;
+}
+
 bool
-cache_read_or_ask (struct cache *c, uint64_t offset, uint32_t count,
-                   void *dst, struct cache_ask *ask)
+cache_lookup (struct cache *c, uint64_t offset, uint32_t count, void *dst,
+              struct cache_ask *ask, bool wait)
 {
   char *out = dst;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
 
+  while (wait && covering (c, offset, offset + count))
+    pthread_cond_wait (&c->filled, &c->lock);
   /* Check first, copy second: a miss must not copy a part. */
   if (!holds (c, offset, count)) {
     if (ask && !ask->linked) {
@@ -307,53 +332,13 @@ cache_read_or_ask (struct cache *c, uint64_t offset, uint32_t count,
   return true;
 }
 
-bool
-cache_read (struct cache *c, uint64_t offset, uint32_t count, void *dst)
-{
-  return cache_read_or_ask (c, offset, count, dst, NULL);
-}
-
 void
 cache_ask_end (struct cache *c, struct cache_ask *ask)
 {
-  struct cache_ask **pp;
-
   if (!ask->linked)
     return;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
-  for (pp = &c->asks; *pp != ask; pp = &(*pp)->next)
-    ;
-  *pp = ask->next;
-  ask->linked = false;
-}
-
-/* A fill in progress that covers [lo, hi), or NULL.  Lock held. */
-static struct cache_fill *
-covering (struct cache *c, uint64_t lo, uint64_t hi)
-{
-  struct cache_fill *f;
-
-  for (f = c->fills; f; f = f->next)
-    if (f->lo <= lo && hi <= f->hi)
-      return f;
-  return NULL;
-}
-
-bool
-cache_holds (struct cache *c, uint64_t lo, uint64_t hi)
-{
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
-  uint64_t pos;
-
-  if (covering (c, lo, hi))
-    return true;
-  for (pos = lo; pos < hi; ) {
-    const struct cache_entry *e = find (c, pos);
-    if (e == NULL)
-      return false;
-    pos = e->off + e->len;
-  }
-  return true;
+  ask_unlink (c, ask);
 }
 
 /* Narrow [*lo, *hi) to the gap around [read_lo, read_hi) that r, held
@@ -367,33 +352,6 @@ gap_narrow (uint64_t r_lo, uint64_t r_hi, uint64_t read_lo,
     *lo = r_hi;
   else if (r_lo >= read_hi && r_lo < *hi)
     *hi = r_lo;
-}
-
-void
-cache_gap (struct cache *c, uint64_t read_lo, uint64_t read_hi,
-           uint64_t *lo, uint64_t *hi)
-{
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
-  const struct cache_entry *e;
-  const struct cache_fill *f;
-
-  for (e = c->entries; e; e = e->next)
-    gap_narrow (e->off, e->off + e->len, read_lo, read_hi, lo, hi);
-  for (f = c->fills; f; f = f->next)
-    gap_narrow (f->lo, f->hi, read_lo, read_hi, lo, hi);
-}
-
-bool
-cache_wait_fill (struct cache *c, uint64_t lo, uint64_t hi)
-{
-  bool waited = false;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
-
-  while (covering (c, lo, hi)) {
-    waited = true;
-    pthread_cond_wait (&c->filled, &c->lock);
-  }
-  return waited;
 }
 
 /* The bytes of [lo, hi) that the read [read_lo, read_hi) and the
@@ -427,53 +385,57 @@ asked_bytes (const struct cache *c, uint64_t lo, uint64_t hi,
   return bytes;
 }
 
-/* Link f in as a fill of [lo, hi) for the read [read_lo, read_hi), if
- * the budget allows.  What no read asks for is charged, also what
- * lies before the read if no read in flight asks for it.  Lock held.
+/* [*lo, *hi) narrowed to the gap around the read that the cache
+ * neither holds nor fills, in whole blocks of align, and at least
+ * the read's own blocks [own_lo, own_hi).  Lock held.
  */
-static bool
-link_fill (struct cache *c, struct cache_fill *f, uint64_t lo, uint64_t hi,
-           uint64_t read_lo, uint64_t read_hi)
+static void
+to_gap (struct cache *c, uint32_t align, uint64_t read_lo, uint64_t read_hi,
+        uint64_t own_lo, uint64_t own_hi, uint64_t *lo, uint64_t *hi)
 {
-  const uint64_t ask_lo = MIN (MAX (read_lo, lo), hi);
-  const uint64_t ask_hi = MAX (MIN (read_hi, hi), ask_lo);
+  const struct cache_entry *e;
+  const struct cache_fill *f;
 
+  for (e = c->entries; e; e = e->next)
+    gap_narrow (e->off, e->off + e->len, read_lo, read_hi, lo, hi);
+  for (f = c->fills; f; f = f->next)
+    gap_narrow (f->lo, f->hi, read_lo, read_hi, lo, hi);
+  *lo = MIN (ROUND_UP (*lo, align), own_lo);
+  *hi = MAX (ROUND_DOWN (*hi, align), own_hi);
+}
+
+int
+cache_fill_begin (struct cache *c, struct cache_fill *f, uint64_t lo,
+                  uint64_t hi, uint32_t align, uint64_t read_lo,
+                  uint64_t read_hi, uint64_t expect, struct cache_ask *ask)
+{
+  const uint64_t own_lo = ROUND_DOWN (read_lo, align);
+  const uint64_t own_hi = MIN (ROUND_UP (read_hi, align), MAX (hi, read_hi));
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
+
+  if (read_lo < read_hi && covering (c, read_lo, read_hi))
+    return 0;
+  to_gap (c, align, read_lo, read_hi, own_lo, own_hi, &lo, &hi);
+  if (lo == own_lo && hi == own_hi)
+    return CACHE_NOTHING;
   /* After n failed fills in a row, one fill in 2^n is tried. */
   if (c->failed && ++c->misses % (1u << c->failed))
-    return false;
-  f->charged = (hi - lo) - asked_bytes (c, lo, hi, ask_lo, ask_hi, f->expect);
+    return CACHE_REFUSED;
+  f->ask_lo = MIN (MAX (read_lo, lo), hi);
+  f->ask_hi = MAX (MIN (read_hi, hi), f->ask_lo);
+  f->charged = (hi - lo) - asked_bytes (c, lo, hi, f->ask_lo, f->ask_hi,
+                                        expect);
   if (!budget_charge (f->charged))
-    return false;
+    return CACHE_REFUSED;
+  if (ask && ask->linked)               /* the fill serves the read */
+    ask_unlink (c, ask);
   f->lo = lo;
   f->hi = hi;
-  f->ask_lo = ask_lo;
-  f->ask_hi = ask_hi;
   f->stale = false;
   __atomic_add_fetch (&live.fills_active, 1, __ATOMIC_SEQ_CST);
   f->next = c->fills;
   c->fills = f;
-  return true;
-}
-
-bool
-cache_fill_begin (struct cache *c, struct cache_fill *f,
-                  uint64_t lo, uint64_t hi, uint64_t read_lo, uint64_t read_hi)
-{
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
-
-  return link_fill (c, f, lo, hi, read_lo, read_hi);
-}
-
-int
-cache_fill_begin_unless (struct cache *c, struct cache_fill *f,
-                         uint64_t lo, uint64_t hi,
-                         uint64_t read_lo, uint64_t read_hi)
-{
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&c->lock);
-
-  if (covering (c, read_lo, read_hi))
-    return 0;
-  return link_fill (c, f, lo, hi, read_lo, read_hi) ? 1 : -1;
+  return 1;
 }
 
 /* Drop every entry overlapping [lo, hi).  Lock held. */

@@ -26,10 +26,6 @@ struct cache;
 struct cache_fill {
   uint64_t lo, hi;
   uint64_t ask_lo, ask_hi;
-  uint64_t expect;          /* set by the filler before it begins: the
-                               bytes after its read that the reader's
-                               stream has asked for in flight, about to
-                               arrive (not charged either) */
   uint64_t charged;
   bool stale;
   struct cache_fill *next;
@@ -51,48 +47,31 @@ struct cache_ask {
 extern struct cache *cache_new (void);
 extern void cache_free (struct cache *c);
 
-/* Copy [offset, offset+count) to dst if cached whole; true on a hit. */
-extern bool cache_read (struct cache *c, uint64_t offset, uint32_t count,
-                        void *dst);
-
-/* The same, and on a miss ask (if not NULL) is registered for the
- * read until cache_ask_end (which a hit needs not).
+/* A client's read of [offset, offset+count) into dst: true if the
+ * cache holds it whole (with wait: once a fill in progress that holds
+ * it has ended).  On a miss ask (if not NULL) is registered for the
+ * read until a fill for it begins or cache_ask_end.
  */
-extern bool cache_read_or_ask (struct cache *c, uint64_t offset,
-                               uint32_t count, void *dst,
-                               struct cache_ask *ask);
+extern bool cache_lookup (struct cache *c, uint64_t offset, uint32_t count,
+                          void *dst, struct cache_ask *ask, bool wait);
 extern void cache_ask_end (struct cache *c, struct cache_ask *ask);
 
-/* Does the cache hold [lo, hi) whole, or is a fill of it in progress? */
-extern bool cache_holds (struct cache *c, uint64_t lo, uint64_t hi);
-
-/* Narrow [*lo, *hi), around the read [read_lo, read_hi), to the gap
- * the cache neither holds nor is filling: a fill never reads again
- * what the cache has.
+/* Begin f, a fill of what [lo, hi) holds around the read [read_lo,
+ * read_hi) (empty: nobody's, a fetch ahead) that the cache neither
+ * holds nor fills, in whole blocks of align: a fill never reads again
+ * what the cache has.  What neither the read (and the expect bytes
+ * after it that its stream is about to ask for) nor the reads asking
+ * cover is charged to the budget.  1: begun; 0: a fill in progress
+ * holds the read (look it up again); CACHE_NOTHING: nothing to fill
+ * beyond the read; CACHE_REFUSED: the budget, or fills that keep
+ * failing, refuse it.
  */
-extern void cache_gap (struct cache *c, uint64_t read_lo, uint64_t read_hi,
-                       uint64_t *lo, uint64_t *hi);
-
-/* If a fill in progress covers [lo, hi), wait for it to end (then
- * cache_read may hit); true if there was one.
- */
-extern bool cache_wait_fill (struct cache *c, uint64_t lo, uint64_t hi);
-
-/* Before reading [lo, hi) from the plugin to keep it, for the read
- * [read_lo, read_hi) (empty: nobody's, a fetch ahead): what neither it
- * nor the reads registered as asking cover is charged.  False
- * (nothing begun) if that exceeds the budget.
- */
-extern bool cache_fill_begin (struct cache *c, struct cache_fill *f,
-                              uint64_t lo, uint64_t hi,
-                              uint64_t read_lo, uint64_t read_hi);
-/* The same for the read [read_lo, read_hi), unless a fill in progress
- * covers it: 1 begun, 0 (nothing begun: wait for that one), -1 over
- * budget.
- */
-extern int cache_fill_begin_unless (struct cache *c, struct cache_fill *f,
-                                    uint64_t lo, uint64_t hi,
-                                    uint64_t read_lo, uint64_t read_hi);
+#define CACHE_NOTHING (-1)
+#define CACHE_REFUSED (-2)
+extern int cache_fill_begin (struct cache *c, struct cache_fill *f,
+                             uint64_t lo, uint64_t hi, uint32_t align,
+                             uint64_t read_lo, uint64_t read_hi,
+                             uint64_t expect, struct cache_ask *ask);
 /* After: keeps buf (a POOL_REQUEST buffer of len bytes at f->lo)
  * unless the fill went stale or failed (ok false) or the pool's cache
  * share has no room; returns whether it was kept.  A buffer not kept

@@ -109,6 +109,14 @@ struct seen {
   uint32_t window;          /* the window to fill for it, 0: none */
 };
 
+/* What a fill is for. */
+enum fill_kind {
+  FILL_NONE,
+  FILL_WINDOW,              /* a waiting client's window */
+  FILL_RUN,                 /* a run of grains, the stream's last */
+  FILL_GRAIN,               /* a read's grain alone */
+};
+
 /* What became of a fill. */
 enum fill_result {
   FILL_KEPT,                /* in the cache */
@@ -193,14 +201,14 @@ stream_begin (struct stream *s, const struct geometry *geo,
   /* A pipelining client's queue runs empty now and then (between its
    * work chunks): only a run of reads that each came alone counts.
    */
-  if (++s->in_flight > 1)
+  v->in_flight = __atomic_add_fetch (&s->in_flight, 1, __ATOMIC_RELAXED);
+  if (v->in_flight > 1)
     s->alone_run = 0, s->pipelined = true;
   else if (s->alone_run < ALONE_RUN)
     s->alone_run++;
   continues = rq->offset == s->next;
   waits = s->alone_run >= ALONE_RUN && !s->pipelined;
   v->pipelined = s->pipelined;
-  v->in_flight = s->in_flight;
   s->last = rq->offset;
   s->next = rq->offset + rq->count;
   v->window = next_window (s, geo, cap, rq->count, v->in_stream, continues,
@@ -210,9 +218,7 @@ stream_begin (struct stream *s, const struct geometry *geo,
 static void
 stream_end (struct stream *s)
 {
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
-
-  s->in_flight--;
+  __atomic_sub_fetch (&s->in_flight, 1, __ATOMIC_RELAXED);
 }
 
 /* A direct read of the stream took ns (0: it failed).  The fastest
@@ -227,38 +233,30 @@ stream_timed (struct stream *s, uint64_t ns)
     s->latency = ns;
 }
 
-/* A window failed: else every read after would try the same failing
- * fill first.  Windows start again from the smallest.
- */
+/* What became of a fill of [lo, hi) that the stream planned. */
 static void
-window_failed (struct stream *s)
+stream_filled (struct stream *s, enum fill_kind kind, uint64_t lo,
+               uint64_t hi, enum fill_result result)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
 
-  s->window = 0;
-  s->latency = UINT64_MAX;
-}
-
-/* A run of grains failed: the next starts afresh. */
-static void
-runs_reset (struct stream *s)
-{
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
-
-  s->run_lo = s->run_hi = 0;
-}
-
-/* A fill of the stream's last run that the cache did not keep: the
- * next run is half as long instead of twice, so that a cache too small
- * for the runs is not sent ever larger ones to throw away.
- */
-static void
-run_lost (struct stream *s, const struct cache_fill *f)
-{
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
-
-  if (s->run_lo == f->lo && s->run_hi == f->hi)
-    s->run_lo = f->hi - (f->hi - f->lo) / 4;
+  if (result == FILL_KEPT)
+    return;
+  if (kind == FILL_WINDOW) {
+    /* Else every read after would try the same failing fill first. */
+    if (result == FILL_FAILED) {
+      s->window = 0;
+      s->latency = UINT64_MAX;
+    }
+  }
+  else if (result == FILL_FAILED)       /* or not begun */
+    s->run_lo = s->run_hi = 0;          /* the next run starts afresh */
+  else if (kind == FILL_RUN && s->run_lo == lo && s->run_hi == hi)
+    /* The cache did not keep the run: the next is half as long, not
+     * twice, so that a cache too small for the runs is not sent ever
+     * larger ones to throw away.
+     */
+    s->run_lo = hi - (hi - lo) / 4;
 }
 
 /* --- Fills. --- */
@@ -276,18 +274,6 @@ pass_down (struct cache *cache, const struct io *io,
   if (rq->ask)
     cache_ask_end (cache, rq->ask);
   return io->pread_below (io, rq->buf, rq->count, rq->offset, err);
-}
-
-/* Begin f, a fill of [lo, hi), in the cache for rq (count 0: a fetch
- * ahead); false if the budget refuses it.
- */
-static bool
-fill_begin (struct cache *cache, struct cache_fill *f, uint64_t lo,
-            uint64_t hi, const struct read_req *rq)
-{
-  f->expect = rq->span;
-  return cache_fill_begin (cache, f, lo, hi, rq->offset,
-                           rq->offset + rq->count);
 }
 
 /* A buffer for the fill, if it may be made: staged writes in its
@@ -340,73 +326,68 @@ fill_read (struct cache *cache, const struct io *io, struct cache_fill *f,
   return r;
 }
 
-/* If a fill in progress holds rq, wait for it and serve rq from the
- * cache; true if served.  held: the cache was seen to hold rq a moment
- * ago, look again even if nothing was waited for.
+/* A fill for rq, planned and begun (begin below): its kind, the range
+ * planned, the fill.
  */
-static bool
-fill_wait (struct cache *cache, bool held, const struct read_req *rq)
-{
-  if (!cache_wait_fill (cache, rq->offset, rq->offset + rq->count) && !held)
-    return false;
-  if (!cache_read (cache, rq->offset, rq->count, rq->buf))
-    return false;
-  stats_add (C_RA_HITS, 1);
-  return true;
-}
+struct plan {
+  enum fill_kind kind;
+  uint32_t size;            /* the window's, or the grain */
+  uint64_t lo, hi;
+  struct cache_fill f;
+};
 
-/* Narrow [*lo, *hi), a fill for rq, to the gap around rq that the
- * cache neither holds nor fills, in whole minimum blocks: when several
- * parts of the disk are read at once, fills meet, and what the cache
- * has is not read again.
+static int begin (struct stream *s, struct cache *cache,
+                  const struct io *io, const struct read_req *rq,
+                  struct plan *p);
+
+/* Serve rq by the fill p plans, or, if a fill in progress holds rq,
+ * from that one once it ends (a few times at most, if writes keep
+ * making what is filled stale); else rq goes down as it is.  The
+ * stream hears what became of the fill.
  */
-static void
-to_gap (struct cache *cache, const struct geometry *geo,
-        const struct read_req *rq, uint64_t *lo, uint64_t *hi)
+static int
+fill_serve (struct stream *s, struct cache *cache, const struct io *io,
+            struct plan *p, const struct read_req *rq, int *err)
 {
-  const uint64_t read_hi = MIN (ROUND_UP (rq->offset + rq->count, geo->min),
-                                geo->exportsize);
+  enum fill_result result = FILL_LOST;
+  unsigned tries;
+  int r;
 
-  cache_gap (cache, rq->offset, rq->offset + rq->count, lo, hi);
-  *lo = MIN (ROUND_UP (*lo, geo->min), ROUND_DOWN (rq->offset, geo->min));
-  *hi = MAX (ROUND_DOWN (*hi, geo->min), read_hi);
+  for (tries = 0; tries < FILL_TRIES; tries++) {
+    switch (begin (s, cache, io, rq, p)) {
+    case 1:
+      stats_add (p->kind == FILL_WINDOW ? C_RA_MISSES : C_RA_GRAINS, 1);
+      r = fill_read (cache, io, &p->f, rq, &result, err);
+      stream_filled (s, p->kind, p->lo, p->hi, result);
+      return r;
+    case 0:
+      if (cache_lookup (cache, rq->offset, rq->count, rq->buf, rq->ask,
+                        true)) {
+        stats_add (C_RA_HITS, 1);
+        return 0;
+      }
+      continue;
+    }
+    break;
+  }
+  return pass_down (cache, io, rq, err);
 }
 
 /* --- Windows. --- */
 
-/* Fill the window of size bytes for rq: from the grain holding the
+/* The window of p->size bytes for rq: from the grain holding the
  * read (reshape-size=auto: a grain costs what any part of it costs) or
- * else the read's minimum blocks, rounded out and clipped at the end
- * of the export.
+ * else the read's minimum blocks, clipped at the end of the export.
  */
-static int
-window_read (struct stream *s, struct cache *cache, const struct io *io,
-             uint32_t size, const struct read_req *rq, int *err)
+static void
+window_plan (const struct io *io, const struct read_req *rq, struct plan *p)
 {
   const struct geometry *geo = io->geo;
   const uint32_t grain = io->autoexp ? auto_published_grain (io->autoexp) : 0;
-  const uint64_t read_hi = MIN (ROUND_UP (rq->offset + rq->count, geo->min),
-                                geo->exportsize);
-  enum fill_result result = FILL_LOST;
-  struct cache_fill f;
-  uint64_t lo, hi;
-  int r;
 
-  stats_add (C_RA_MISSES, 1);
-  lo = ROUND_DOWN (rq->offset, MAX (geo->min, grain));
-  hi = MAX (lo + size, ROUND_UP (rq->offset + rq->count, geo->min));
-  hi = MIN (hi, geo->exportsize);
-  to_gap (cache, geo, rq, &lo, &hi);
-  /* Nothing left to read ahead: no fill, no copy. */
-  if (lo == ROUND_DOWN (rq->offset, geo->min) && hi == read_hi)
-    return pass_down (cache, io, rq, err);
-  if (fill_begin (cache, &f, lo, hi, rq))
-    r = fill_read (cache, io, &f, rq, &result, err);
-  else
-    r = pass_down (cache, io, rq, err);
-  if (result == FILL_FAILED)
-    window_failed (s);
-  return r;
+  p->lo = ROUND_DOWN (rq->offset, MAX (geo->min, grain));
+  p->hi = MAX (p->lo + p->size, ROUND_UP (rq->offset + rq->count, geo->min));
+  p->hi = MIN (p->hi, geo->exportsize);
 }
 
 /* --- Grains. --- */
@@ -428,13 +409,6 @@ stream_grain (const struct io *io, uint32_t count)
   return geo->size > count && geo->size <= cap ? geo->size : 0;
 }
 
-/* The grain the stream's runs are in, without deciding anything. */
-static uint32_t
-grain_now (const struct io *io)
-{
-  return io->autoexp ? auto_published_grain (io->autoexp) : io->geo->size;
-}
-
 /* The longest run: the largest window, but at least a grain. */
 static uint64_t
 run_cap (const struct io *io, uint32_t grain)
@@ -442,28 +416,24 @@ run_cap (const struct io *io, uint32_t grain)
   return MAX (ROUND_DOWN (fill_cap (io->geo), grain), grain);
 }
 
-/* The stream's next run after its last, up to need at least: twice as
- * many grains as the last, up to run_cap, ending no further than one
- * run_cap past rq, clipped at the end of the export; recorded as the
- * stream's last run and begun in the cache (f) for rq (count 0: a
- * fetch ahead, nobody asked), so that the stream's reads that find it
- * claimed wait for it.  False if there is nothing to fetch, or the
- * budget refuses it (the runs then start again).  Lock held.
+/* The stream's next run after its last, recorded as its last: twice
+ * as many grains as the last, up to run_cap, reaching at least need,
+ * ending no further than one run_cap past the read at offset, clipped
+ * at the end of the export.  False if there is nothing to fetch.
+ * Lock held.
  */
 static bool
-claim_after (struct stream *s, struct cache *cache, const struct io *io,
-             uint32_t grain, uint64_t need, const struct read_req *rq,
-             struct cache_fill *f)
+next_run (struct stream *s, const struct io *io, uint32_t grain,
+          uint64_t need, uint64_t offset)
 {
   const uint64_t last = s->run_hi - s->run_lo;
   const uint64_t lo = s->run_hi;
   const uint64_t cap = run_cap (io, grain);
-  const uint64_t reach = ROUND_DOWN (rq->offset, grain) + cap;
+  const uint64_t reach = ROUND_DOWN (offset, grain) + cap;
   /* Whole grains: a run ending inside a grain would split it between
    * two fetches, each paying for all of it.
    */
-  uint64_t len = MIN (MAX (ROUND_DOWN (2 * last, grain), grain),
-                      cap);
+  uint64_t len = MIN (MAX (ROUND_DOWN (2 * last, grain), grain), cap);
 
   if (lo + len > reach)
     len = reach > lo ? ROUND_DOWN (reach - lo, grain) : 0;
@@ -473,168 +443,126 @@ claim_after (struct stream *s, struct cache *cache, const struct io *io,
     return false;
   s->run_lo = lo;
   s->run_hi = MIN (lo + len, io->geo->exportsize);
-  if (!fill_begin (cache, f, s->run_lo, s->run_hi, rq)) {
-    s->run_lo = s->run_hi = 0;
-    return false;
-  }
   return true;
 }
 
-/* What a read does about grains. */
-enum run_plan {
-  RUN_NONE,                 /* goes as it is */
-  RUN_NEXT,                 /* f is begun: the stream's next run */
-  RUN_ALONE,                /* its own grain, [f->lo, f->hi), not begun */
-};
-
-static enum run_plan
-run_plan (struct stream *s, struct cache *cache, const struct io *io,
-          uint32_t grain, const struct read_req *rq, struct cache_fill *f)
-{
-  const struct geometry *geo = io->geo;
-  const uint64_t lo = ROUND_DOWN (rq->offset, grain);
-  const uint64_t hi = MIN (lo + grain, geo->exportsize);
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
-
-  if (rq->offset + rq->count > lo + grain)      /* across two grains */
-    return RUN_NONE;
-  if (lo >= s->run_hi && s->run_hi > s->run_lo &&
-      hi - s->run_hi <= run_cap (io, grain))
-    return claim_after (s, cache, io, grain, hi, rq, f) ?
-      RUN_NEXT : RUN_NONE;
-  /* A new run, or a grain alone, gets what the cache lacks of it. */
-  f->lo = lo;
-  f->hi = lo >= s->run_hi ? MIN (lo + run_cap (io, grain), geo->exportsize) : hi;
-  to_gap (cache, geo, rq, &f->lo, &f->hi);
-  if (f->lo == ROUND_DOWN (rq->offset, geo->min) &&
-      f->hi == MIN (ROUND_UP (rq->offset + rq->count, geo->min),
-                    geo->exportsize))
-    return RUN_NONE;                    /* nothing but the read */
-  if (lo >= s->run_hi) {                /* a new run starts here */
-    if (!fill_begin (cache, f, f->lo, f->hi, rq))
-      return RUN_NONE;
-    s->run_lo = f->lo;
-    s->run_hi = f->hi;
-    return RUN_NEXT;
-  }
-  /* Within or behind the stream's runs: a read racing the run that
-   * holds it, or one whose grain the run did not keep (a write made
-   * it stale, the cache gave it up): its grain alone.
-   */
-  return RUN_ALONE;
-}
-
-/* Read run f for rq, and what the stream makes of the outcome. */
-static int
-run_read (struct stream *s, struct cache *cache, const struct io *io,
-          struct cache_fill *f, const struct read_req *rq, int *err)
-{
-  enum fill_result result;
-  int r;
-
-  stats_add (C_RA_GRAINS, 1);
-  r = fill_read (cache, io, f, rq, &result, err);
-  if (result == FILL_LOST)
-    run_lost (s, f);
-  else if (result == FILL_FAILED)
-    runs_reset (s);
-  return r;
-}
-
-/* Fetch the grain [f->lo, f->hi) for rq within it, unless a fill in
- * progress holds rq (then that is waited for; a few times at most, if
- * writes keep making what is fetched stale); alone if the budget
- * refuses it.
+/* What a read that missed fetches in grains of p->size: the stream's
+ * next run, a new run (as long as a run may be), or its grain alone
+ * (a read racing the run that holds it, or whose grain the run did not
+ * keep); FILL_NONE: it goes as it is (across two grains).  Lock held.
  */
-static int
-grain_read (struct stream *s, struct cache *cache, const struct io *io,
-            struct cache_fill *f, const struct read_req *rq, int *err)
+static void
+run_plan (struct stream *s, const struct io *io, const struct read_req *rq,
+          struct plan *p)
 {
-  enum fill_result result;
-  unsigned tries;
-  int r;
+  const uint32_t grain = p->size;
+  const uint64_t size = io->geo->exportsize;
 
-  f->expect = rq->span;
-  for (tries = 0; tries < FILL_TRIES; tries++) {
-    switch (cache_fill_begin_unless (cache, f, f->lo, f->hi, rq->offset,
-                                     rq->offset + rq->count)) {
-    case 1:
-      stats_add (C_RA_GRAINS, 1);
-      r = fill_read (cache, io, f, rq, &result, err);
-      if (result == FILL_FAILED)
-        runs_reset (s);
-      return r;
-    case 0:
-      if (fill_wait (cache, true, rq))
-        return 0;
-      break;
-    default:
-      return pass_down (cache, io, rq, err);
+  p->lo = ROUND_DOWN (rq->offset, grain);
+  p->hi = MIN (p->lo + grain, size);
+  p->kind = FILL_NONE;
+  if (rq->offset + rq->count > p->lo + grain)
+    return;
+  p->kind = FILL_GRAIN;
+  if (p->lo < s->run_hi)
+    return;
+  if (s->run_hi > s->run_lo && p->hi - s->run_hi <= run_cap (io, grain)) {
+    if (!next_run (s, io, grain, p->hi, rq->offset)) {
+      p->kind = FILL_NONE;
+      return;
     }
   }
-  return pass_down (cache, io, rq, err);
+  else {
+    s->run_lo = p->lo;
+    s->run_hi = MIN (p->lo + run_cap (io, grain), size);
+  }
+  p->kind = FILL_RUN;
+  p->lo = s->run_lo;
+  p->hi = s->run_hi;
 }
 
-/* Serve rq from the stream's runs of grains of size bytes. */
+/* Plan p's fill for rq and begin it in the cache: 1 begun, or as
+ * cache_fill_begin says.  A run is planned and begun under the
+ * stream's lock, so that the stream's reads never see a run recorded
+ * that the cache does not know.
+ */
 static int
-grains_read (struct stream *s, struct cache *cache, const struct io *io,
-             uint32_t size, const struct read_req *rq, int *err)
+begin (struct stream *s, struct cache *cache, const struct io *io,
+       const struct read_req *rq, struct plan *p)
 {
-  struct cache_fill f;
+  int r;
 
-  switch (run_plan (s, cache, io, size, rq, &f)) {
-  case RUN_NEXT:
-    return run_read (s, cache, io, &f, rq, err);
-  case RUN_ALONE:
-    return grain_read (s, cache, io, &f, rq, err);
-  case RUN_NONE:
-    break;
+  if (p->kind == FILL_WINDOW)
+    window_plan (io, rq, p);
+  else {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
+    run_plan (s, io, rq, p);
+    if (p->kind == FILL_NONE)
+      return CACHE_NOTHING;
+    r = cache_fill_begin (cache, &p->f, p->lo, p->hi, io->geo->min,
+                          rq->offset, rq->offset + rq->count, rq->span,
+                          rq->ask);
+    if (p->kind != FILL_RUN)
+      return r;
+    if (r == 1) {               /* the run is what the cache lacked */
+      s->run_lo = p->lo = p->f.lo;
+      s->run_hi = p->hi = p->f.hi;
+    }
+    else
+      s->run_lo = s->run_hi = 0;        /* the next starts afresh */
+    return r;
   }
-  return pass_down (cache, io, rq, err);
+  return cache_fill_begin (cache, &p->f, p->lo, p->hi, io->geo->min,
+                           rq->offset, rq->offset + rq->count, rq->span,
+                           rq->ask);
 }
 
 /* rq was served from the cache half way or more through the stream's
  * last run, in a stream that keeps reads in flight (or over a plugin
- * that serializes requests): the next run is due (begun in f; true).
- * Reads fetched in grains only: the learnt grain larger than the
- * read, and one the pool can lend.
+ * that serializes requests): the next run is due, begun in f (true).
+ * Reads fetched in grains only: the grain larger than the read, and
+ * one the pool can lend.
  */
 static bool
-ahead_due (struct stream *s, struct cache *cache, const struct io *io,
-           const struct read_req *rq, struct cache_fill *f)
+ahead_begin (struct stream *s, struct cache *cache, const struct io *io,
+             const struct read_req *rq, struct cache_fill *f)
 {
-  const struct read_req nobody = { .buf = NULL, .offset = rq->offset };
-  const uint32_t grain = grain_now (io);
+  const uint32_t grain = io->autoexp ? auto_published_grain (io->autoexp)
+                                     : io->geo->size;
 
   if (grain <= rq->count || grain > pool_largest (POOL_REQUEST))
     return false;
-
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
-  if (s->run_hi <= s->run_lo || s->run_hi >= io->geo->exportsize)
+  if (s->run_hi <= s->run_lo || s->run_hi >= io->geo->exportsize ||
+      rq->offset < s->run_lo || rq->offset >= s->run_hi ||
+      rq->offset + rq->count <= s->run_lo + (s->run_hi - s->run_lo) / 2 ||
+      !next_run (s, io, grain, 0, rq->offset))
     return false;
-  if (rq->offset < s->run_lo || rq->offset >= s->run_hi ||
-      rq->offset + rq->count <= s->run_lo + (s->run_hi - s->run_lo) / 2)
+  if (cache_fill_begin (cache, f, s->run_lo, s->run_hi, io->geo->min,
+                        s->run_lo, s->run_lo, 0, NULL) != 1) {
+    s->run_lo = s->run_hi = 0;
     return false;
-  return claim_after (s, cache, io, grain, 0, &nobody, f);
+  }
+  s->run_lo = f->lo;            /* the run is what the cache lacked */
+  s->run_hi = f->hi;
+  return true;
 }
 
 /* --- Serving a read. --- */
 
-/* A read that misses the cache, in the stream or not. */
+/* A read that misses the cache, in the stream or not: in grains, or
+ * as it is, timed (windows need the plugin's latency).
+ */
 static int
 read_missed (struct stream *s, struct cache *cache, const struct io *io,
              const struct seen *v, const struct read_req *rq, int *err)
 {
-  uint32_t grain = 0;
+  struct plan p = { .kind = FILL_RUN };
   uint64_t start, took = 0;
   int r;
 
-  if (v->in_stream && fill_wait (cache, false, rq))
-    return 0;                           /* a fill in progress held it */
-  if (v->streaming)
-    grain = stream_grain (io, rq->count);
-  if (grain)
-    return grains_read (s, cache, io, grain, rq, err);
+  if (v->streaming && (p.size = stream_grain (io, rq->count)) > 0)
+    return fill_serve (s, cache, io, &p, rq, err);
   start = now_ns ();
   r = pass_down (cache, io, rq, err);
   if (r == 0)
@@ -665,7 +593,8 @@ stream_pread (struct stream *s, struct cache *cache, const struct io *io,
   rq.span = (uint64_t) (v.in_flight - 1) * count;
   if (v.window)
     stats_max (C_RA_WINDOW, v.window);
-  if (cache_read_or_ask (cache, offset, count, buf, &ask)) {
+  /* A read in the stream waits for a fill in progress that holds it. */
+  if (cache_lookup (cache, offset, count, buf, &ask, v.in_stream)) {
     stats_add (C_RA_HITS, 1);
     r = 0;
     /* A plugin that serializes requests shows the filter one read at
@@ -676,10 +605,12 @@ stream_pread (struct stream *s, struct cache *cache, const struct io *io,
     ahead->due = v.in_stream && !v.window &&
       (v.pipelined ||
        !(reshape_cfg.parallel_ok || reshape_debug_ablate & ABLATE_AHEAD)) &&
-      ahead_due (s, cache, io, &rq, &ahead->f);
+      ahead_begin (s, cache, io, &rq, &ahead->f);
   }
-  else if (v.window)
-    r = window_read (s, cache, io, v.window, &rq, err);
+  else if (v.window) {
+    struct plan p = { .kind = FILL_WINDOW, .size = v.window };
+    r = fill_serve (s, cache, io, &p, &rq, err);
+  }
   else
     r = read_missed (s, cache, io, &v, &rq, err);
   cache_ask_end (cache, &ask);
@@ -692,43 +623,46 @@ stream_fetch_ahead (struct stream *s, struct cache *cache, const struct io *io,
                     struct stream_ahead *ahead)
 {
   const struct read_req nobody = { .buf = NULL };
+  enum fill_result result;
   int ignored;                          /* no client's error */
+  const uint64_t lo = ahead->f.lo, hi = ahead->f.hi;
 
   if (!ahead->due)
     return;
   stats_add (C_RA_AHEAD, 1);
-  run_read (s, cache, io, &ahead->f, &nobody, &ignored);
+  stats_add (C_RA_GRAINS, 1);
+  fill_read (cache, io, &ahead->f, &nobody, &result, &ignored);
+  stream_filled (s, FILL_RUN, lo, hi, result);
 }
 
 void
 stream_prefetch (struct cache *cache, const struct io *io, uint32_t count,
-              uint64_t offset)
+                 uint64_t offset)
 {
   const struct geometry *geo = io->geo;
   const uint64_t chunk = fill_cap (geo);
   const uint64_t end = MIN (ROUND_UP (offset + count, geo->min),
                             geo->exportsize);
   const struct read_req nobody = { .buf = NULL };
-  enum fill_result result;
+  enum fill_result result = FILL_KEPT;
   uint64_t lo = ROUND_DOWN (offset, geo->min);
   int ignored;                          /* advice: no client's error */
   struct cache_fill f;
 
   if (chunk < geo->min)
     return;
-  /* Chunks the cache holds already are skipped; the first that cannot
-   * be read in (over budget, lost, failed) ends it.
+  /* What the cache holds or fills already is skipped; the first chunk
+   * that cannot be read in (over budget, lost, failed) ends it.
    */
-  for (; lo < end; lo = MIN (lo + chunk, end)) {
-    const uint64_t hi = MIN (lo + chunk, end);
-    if (cache_holds (cache, lo, hi))
-      continue;
-    f.expect = 0;
-    if (!cache_fill_begin (cache, &f, lo, hi, lo, lo))
+  for (; lo < end && result == FILL_KEPT; lo = MIN (lo + chunk, end)) {
+    switch (cache_fill_begin (cache, &f, lo, MIN (lo + chunk, end), geo->min,
+                              lo, lo, 0, NULL)) {
+    case 1:
+      stats_add (C_RA_CACHED, f.hi - f.lo);
+      fill_read (cache, io, &f, &nobody, &result, &ignored);
       break;
-    stats_add (C_RA_CACHED, f.hi - f.lo);
-    fill_read (cache, io, &f, &nobody, &result, &ignored);
-    if (result != FILL_KEPT)
-      break;
+    case CACHE_REFUSED:
+      return;
+    }
   }
 }
