@@ -238,10 +238,9 @@ static void
 stream_filled (struct stream *s, enum fill_kind kind, uint64_t lo,
                uint64_t hi, enum fill_result result)
 {
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
-
-  if (result == FILL_KEPT)
+  if (result == FILL_KEPT)              /* the plan holds: no lock */
     return;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
   if (kind == FILL_WINDOW) {
     /* Else every read after would try the same failing fill first. */
     if (result == FILL_FAILED) {
