@@ -11,7 +11,7 @@
 #      clock; the numbers                                } nbdkit
 #   1  walk rangelock ranges files warn exitcode         }
 #   2  stats params io
-#   3  pool helpers sockbuf auto
+#   3  pool helpers sockbuf auto budget
 #   4  split cache
 #   5  stream writeback
 #   6  export
@@ -23,7 +23,7 @@ layers="
 0 common tunables
 1 walk rangelock ranges files warn exitcode
 2 stats params io
-3 pool helpers sockbuf auto
+3 pool helpers sockbuf auto budget
 4 split cache
 5 stream writeback
 6 export

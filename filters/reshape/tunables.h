@@ -70,7 +70,7 @@
 #define REORDER 64
 #define STREAK 4
 
-/* The readahead budget (cache.c): unasked bytes, at most 1/SHARE of
+/* The readahead budget (budget.c): unasked bytes, at most 1/SHARE of
  * what all clients of the process read, plus BASE.
  */
 #define BUDGET_SHARE 20
