@@ -173,7 +173,7 @@ static const struct {
   { "slow", "convert-from", 1.02, 1.28, R_READS },
   { "slow", "convert-to", 1.02, 1.76, R_WRITES },
   { "serial20", "nbdcopy4k", 1.02, 1.69, R_GUESS },
-  { "serial20", "convert-from", 1.02, 1.46, R_READS },
+  { "serial20", "convert-from", 1.02, 1.60, R_READS },
   { "serial20", "convert-to", 1.02, 1.71, R_WRITES },
   { "lanes4", "nbdcopy", 1.02, 1.74, R_GUESS },
   { "lanes4", "convert-to", 1.10, 1.69, R_LANES },

@@ -117,7 +117,7 @@ extern uint32_t auto_grain (struct auto_core *a, uint32_t count,
 /* Where a request of count bytes is cut, over a plugin that takes
  * parallel calls at once, inflight requests (this one too) being cut:
  * the step (count: whole, up to max).  own: a read the filter makes
- * itself (a window, a run of grains), which no probe slows.
+ * itself (a run of grains), which no probe slows.
  */
 extern uint64_t auto_cut (struct auto_core *a, enum auto_dir d,
                           uint64_t count, uint32_t max, unsigned parallel,

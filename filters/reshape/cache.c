@@ -393,7 +393,7 @@ forget_range (struct cache *c, uint64_t lo, uint64_t hi)
   }
 }
 
-/* The pool's cache share takes the len bytes of a filled window,
+/* The pool's cache share takes the len bytes of a filled run,
  * making room by dropping this cache's oldest entries.  Lock held.
  */
 static bool

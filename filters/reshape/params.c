@@ -156,7 +156,7 @@ parse_form (const struct form *f, const char *value, uint64_t *out)
   if (!silent_size (value, f->hi, out))
     goto bad;
   /* For a parameter that takes a word (auto, off), any size of 0
-   * ("0", "0K") means the word: no window is no readahead.
+   * ("0", "0K") means the word: no fill is no readahead.
    */
   if (*out == 0 && f->word)
     return 0;

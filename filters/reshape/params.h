@@ -32,7 +32,7 @@ struct params {
   uint32_t sndbuf;          /* if given: the size, 0 = off */
   uint64_t pool;            /* reshape-pool: buffer memory cap */
   unsigned parallel;        /* reshape-parallel: fan-out per request */
-  uint32_t readahead;       /* reshape-readahead: largest window, 0 = off */
+  uint32_t readahead;       /* reshape-readahead: largest fill, 0 = off */
   bool writeback;           /* reshape-writeback */
   char *stats_file;         /* reshape-stats, absolute path or NULL */
   bool parallel_ok;         /* the stack's thread model is parallel
@@ -79,7 +79,7 @@ extern void params_sizes (struct geometry *geo, uint32_t ppref,
   "reshape-maxlen=<SIZE>         " \
     "Largest zero/trim/cache/extents (default: ditto).\n" \
   "reshape-readahead=<SIZE>|off  " \
-    "Largest readahead window (default: 8M).\n" \
+    "Largest readahead fill (default: 8M).\n" \
   "reshape-writeback=<BOOL>      " \
     "Stage small writes (default: false).\n" \
   "reshape-parallel=<N>          " \

@@ -7,7 +7,7 @@
  *
  *   pread    write-back: staged writes there go to the plugin first;
  *              what it refuses is laid over the result
- *            readahead: the read cache, windows, grains (reshape-readahead)
+ *            readahead: the read cache, runs of grains (reshape-readahead)
  *            split: pieces of the optimal size, partial blocks
  *   pwrite   write-back: staged, or passed down      (reshape-writeback)
  *            split; then every cache forgets the range
@@ -22,7 +22,7 @@
  * Each mechanism lives in its own file with its own header.  The order
  * in which a client request passes the stages is decided here alone:
  * a stage hands the request on through the struct io built here.  The
- * stages' own plugin requests (a readahead window, a write-back) go
+ * stages' own plugin requests (a readahead run, a write-back) go
  * straight to split.c, the bottom.
  */
 

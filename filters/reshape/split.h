@@ -31,7 +31,7 @@ struct split_conn {
 /* Each returns 0, or -1 with *err set. */
 extern int split_pread (const struct io *io, void *buf, uint32_t count,
                         uint64_t offset, int *err);
-/* own: a read the filter makes itself (a readahead window, a grain):
+/* own: a read the filter makes itself (a readahead run, a grain):
  * with reshape-size=auto cut where the learnt model says, no
  * exploring.
  */

@@ -29,11 +29,9 @@ enum stats_counter {
   C_LOCK_WAITS,        /* range lock acquisitions that had to wait */
   C_FUA_FLUSHES,       /* flushes standing in for FUA on split writes */
   C_RA_HITS,           /* small reads served from the cache */
-  C_RA_MISSES,         /* sequential reads that filled a window */
+  C_RA_MISSES,         /* fills of runs and grains for streams */
   C_RA_FILLED,         /* bytes read ahead */
-  C_RA_WINDOW,         /* largest readahead window used */
-  C_RA_GRAINS,         /* grains fetched for reads in a stream (auto) */
-  C_RA_AHEAD,          /* of them, fetched ahead of a pipelined stream */
+  C_RA_AHEAD,          /* of them, made ahead of a pipelined stream */
   C_RA_LOST,           /* fills not kept or not made (run_lost) */
   C_RA_UNREAD,         /* bytes read ahead that no client read */
   C_RA_REFUSED,        /* fills the readahead budget refused */

@@ -6,47 +6,41 @@
  * reads follow each other (within REORDER reads of where the last one
  * ended: a pipelining client's replies come out of order), and how:
  *
- *   - Windows.  Reads that each come alone (ALONE_RUN in a row) are a
- *     client that waits for each read, and pays the plugin's latency
- *     once per read; a window read ahead into the cache pays it once
- *     per window.  The window starts at the request size and doubles
- *     while the stream goes on, up to reshape-readahead, and collapses
- *     at the first read elsewhere, so random reads are never
- *     amplified.  Only where a call costs time: the stream's direct
- *     reads are timed, and a plugin that answered any of them faster
- *     than PLUGIN_SLOW_NS (memory, or files in the page cache, which
- *     the kernel reads ahead already) gets no window.
+ *   - Grains.  A small read in the stream that misses the cache is
+ *     served from the aligned grain that holds it: auto's, where the
+ *     plugin's cost is flat up to a grain larger than a read (a
+ *     cluster decoded whole) and grains pay (auto.c); a fixed
+ *     reshape-size; or, for a client that waits for each read (its
+ *     reads each come alone, ALONE_RUN in a row) over a plugin whose
+ *     direct reads all took PLUGIN_SLOW_NS or more, the size told.
+ *     (Memory, or files in the page cache, which the kernel reads
+ *     ahead already, answer faster: no grains for them.)
  *
- *   - Grains (reshape-size=auto).  A stream that ever had reads in
- *     flight together is a pipelining client's for good (once the
- *     cache serves it, its reads come and go one at a time and would
- *     look alone).  Where the plugin's cost is flat up to a grain
- *     larger than a read (a cluster decoded whole) and grains pay
- *     (learn.c), a small read that misses fetches the aligned grain
- *     that holds it, once, for the neighbours in flight with it; a
- *     stream that goes on from its last run (or a little past its end)
- *     fetches the next run of twice as many grains, up to the window
- *     cap, and a read served from the cache half way through the last
- *     run has the next fetched before the stream reaches it, never
- *     more than one run past the read.  While the export is being
- *     learnt, the stream's misses are the learning's instead: each
- *     goes as it is, or fetches one aligned grain alone (one plugin
- *     call), timed if it is a sample.
+ *   - Runs.  The stream's first miss fetches a run of grains as long
+ *     as a run may be (reshape-readahead); one that goes on from its
+ *     last run (or a little past its end) fetches the next, twice as
+ *     many grains as the last, up to that cap.  A read served from the
+ *     cache half way through the last run has the next fetched before
+ *     the stream reaches it, never more than one run past the read,
+ *     where the client keeps reads in flight (a stream that ever had
+ *     reads in flight together is a pipelining client's for good:
+ *     once the cache serves it, its reads come one at a time).  A read
+ *     elsewhere ends the stream, so random reads are never amplified.
  *
- *   - Fills.  Windows and grains fill the cache the same way: a fill
- *     is begun in the cache before it reads, so that the reads it
- *     holds wait for it rather than read again; it reads into a pool
- *     buffer in one split read (cut where the learnt model says, in
- *     pieces that run at once), serves the read that made it, and
- *     leaves the buffer to the cache.  A fill that cannot be made, is
- *     not kept, or fails costs the client's read nothing: it goes to
- *     the plugin alone (bytes it did not ask for may be what failed).
+ *   - Fills.  A fill is begun in the cache before it reads, so that
+ *     the reads it holds wait for it rather than read again; it reads
+ *     into a pool buffer in one split read (cut where the learnt model
+ *     says, in pieces that run at once), serves the read that made it,
+ *     and leaves the buffer to the cache.  A fill that cannot be made,
+ *     is not kept, or fails costs the client's read nothing: it goes
+ *     to the plugin alone (bytes it did not ask for may be what
+ *     failed).
  *
  * A read the cache holds is served from it, whoever filled it; one a
  * fill in progress holds waits for it.  Anything else, and reads that
  * are not part of a stream (also one that repeats the last read), go
- * to the plugin as they are, timed (windows need the plugin's
- * latency).  Whether a connection has a stream at all
+ * to the plugin as they are, timed (a waiting client's grains need
+ * the plugin's latency).  Whether a connection has a stream at all
  * (reshape-readahead, write-back without multi-conn) is reshape.c's
  * decision.
  */
@@ -76,7 +70,6 @@ stream_init (struct stream *s)
   s->alone_run = 0;
   s->streak = 0;
   s->pipelined = false;
-  s->window = 0;
   s->latency = UINT64_MAX;
   s->run_lo = s->run_hi = 0;
 }
@@ -106,13 +99,13 @@ struct seen {
   bool streaming;           /* ... and STREAK reads before it were */
   bool pipelined;           /* its client keeps reads in flight */
   unsigned in_flight;       /* the stream's reads in flight, with it */
-  uint32_t window;          /* the window to fill for it, 0: none */
+  bool slow;                /* a waiting client's, going on where the
+                               stream ended, over a slow plugin */
 };
 
 /* What a fill is for. */
 enum fill_kind {
   FILL_NONE,
-  FILL_WINDOW,              /* a waiting client's window */
   FILL_RUN,                 /* a run of grains, the stream's last */
   FILL_GRAIN,               /* a read's grain alone */
 };
@@ -148,32 +141,18 @@ repeats_last (const struct stream *s, const struct read_req *rq)
   return rq->offset >= s->last && rq->offset + rq->count <= s->next;
 }
 
-/* The window for a read of count bytes (lock held): a read that
- * continues the stream where it ended, in a stream of reads that each
- * came alone, over a plugin whose direct reads in this stream took
- * PLUGIN_SLOW_NS or more, gets a window twice the last, from the
- * request size up to cap.
+/* Is the read a waiting client's that continues the stream where it
+ * ended, over a plugin whose direct reads in this stream all took
+ * PLUGIN_SLOW_NS or more?  Lock held.
  */
-static uint32_t
-next_window (struct stream *s, const struct geometry *geo, uint32_t cap,
-             uint32_t count, bool near, bool continues, bool waits)
+static bool
+slow_waiter (struct stream *s, bool near, bool continues, bool waits)
 {
-  uint32_t size = 0;
-
-  /* A read elsewhere starts a new stream, timed anew.  One near the
-   * stream but not where it ended (a client's reads in flight served
-   * out of order, or several parts of the disk read at once) neither
-   * grows the window nor loses it.
-   */
+  /* A read elsewhere starts a new stream, timed anew. */
   if (!near)
     s->latency = UINT64_MAX;
-  else if (!continues)
-    return 0;
-  else if (count < geo->size && waits && s->latency != UINT64_MAX &&
-           s->latency >= PLUGIN_SLOW_NS)
-    size = MIN (s->window ? s->window * 2 : geo->size, cap);
-  s->window = size;
-  return size < geo->size ? 0 : size;
+  return near && continues && waits && s->latency != UINT64_MAX &&
+    s->latency >= PLUGIN_SLOW_NS;
 }
 
 /* Record rq as in flight in the stream, and what it is to it;
@@ -184,7 +163,6 @@ stream_begin (struct stream *s, const struct geometry *geo,
               const struct read_req *rq, struct seen *v)
 {
   const uint64_t reach = (uint64_t) REORDER * rq->count;
-  const uint32_t cap = fill_cap (geo);
   bool continues, waits;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
 
@@ -211,8 +189,7 @@ stream_begin (struct stream *s, const struct geometry *geo,
   v->pipelined = s->pipelined;
   s->last = rq->offset;
   s->next = rq->offset + rq->count;
-  v->window = next_window (s, geo, cap, rq->count, v->in_stream, continues,
-                           waits);
+  v->slow = slow_waiter (s, v->in_stream, continues, waits);
 }
 
 static void
@@ -222,7 +199,7 @@ stream_end (struct stream *s)
 }
 
 /* A direct read of the stream took ns (0: it failed).  The fastest
- * decides: one read delayed by the scheduler does not start a window.
+ * decides: one read delayed by the scheduler does not start a run.
  */
 static void
 stream_timed (struct stream *s, uint64_t ns)
@@ -241,15 +218,14 @@ stream_filled (struct stream *s, enum fill_kind kind, uint64_t lo,
   if (result == FILL_KEPT)              /* the plan holds: no lock */
     return;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
-  if (kind == FILL_WINDOW) {
-    /* Else every read after would try the same failing fill first. */
-    if (result == FILL_FAILED) {
-      s->window = 0;
-      s->latency = UINT64_MAX;
-    }
+  if (result == FILL_FAILED) {
+    /* The next run starts afresh, a waiting client's once its reads
+     * are timed again: else every read after would try the same
+     * failing fill first.
+     */
+    s->run_lo = s->run_hi = 0;
+    s->latency = UINT64_MAX;
   }
-  else if (result == FILL_FAILED)       /* or not begun */
-    s->run_lo = s->run_hi = 0;          /* the next run starts afresh */
   else if (kind == FILL_RUN && s->run_lo == lo && s->run_hi == hi)
     /* The cache did not keep the run: the next is half as long, not
      * twice, so that a cache too small for the runs is not sent ever
@@ -330,7 +306,7 @@ fill_read (struct cache *cache, const struct io *io, struct cache_fill *f,
  */
 struct plan {
   enum fill_kind kind;
-  uint32_t size;            /* the window's, or the grain */
+  uint32_t size;            /* the grain */
   uint64_t lo, hi;
   struct cache_fill f;
 };
@@ -355,7 +331,7 @@ fill_serve (struct stream *s, struct cache *cache, const struct io *io,
   for (tries = 0; tries < FILL_TRIES; tries++) {
     switch (begin (s, cache, io, rq, p)) {
     case 1:
-      stats_add (p->kind == FILL_WINDOW ? C_RA_MISSES : C_RA_GRAINS, 1);
+      stats_add (C_RA_MISSES, 1);
       r = fill_read (cache, io, &p->f, rq, &result, err);
       stream_filled (s, p->kind, p->lo, p->hi, result);
       return r;
@@ -372,43 +348,32 @@ fill_serve (struct stream *s, struct cache *cache, const struct io *io,
   return pass_down (cache, io, rq, err);
 }
 
-/* --- Windows. --- */
-
-/* The window of p->size bytes for rq: from the grain holding the
- * read (reshape-size=auto: a grain costs what any part of it costs) or
- * else the read's minimum blocks, clipped at the end of the export.
- */
-static void
-window_plan (const struct io *io, const struct read_req *rq, struct plan *p)
-{
-  const struct geometry *geo = io->geo;
-  const uint32_t grain = io->autoexp ? auto_published_grain (io->autoexp) : 0;
-
-  p->lo = ROUND_DOWN (rq->offset, MAX (geo->min, grain));
-  p->hi = MAX (p->lo + p->size, ROUND_UP (rq->offset + rq->count, geo->min));
-  p->hi = MIN (p->hi, geo->exportsize);
-}
-
 /* --- Grains. --- */
 
-/* The grain a read in the stream that missed the cache is served
- * from: auto's (auto_stream_grain), or a fixed reshape-size, if it is
- * larger than the read, whole minimum blocks that the pool can lend
- * and the plugin take in one call; else 0: the read goes as it is.
+/* The grain a read v in the stream that missed the cache is served
+ * from: auto's (auto_stream_grain), or else, for a fixed
+ * reshape-size or a waiting client over a slow plugin, the size, if
+ * it is larger than the read, whole minimum blocks that the pool can
+ * lend and the plugin take in one call; else 0: the read goes as it
+ * is.
  */
 static uint32_t
-stream_grain (const struct io *io, uint32_t count)
+stream_grain (const struct io *io, const struct seen *v, uint32_t count)
 {
   const struct geometry *geo = io->geo;
   const uint64_t cap = MIN (MIN (pool_largest (POOL_REQUEST),
                                  geo->max), geo->exportsize);
+  uint32_t grain = 0;
 
-  if (io->autoexp)
-    return auto_stream_grain (io->autoexp, count, cap);
-  return geo->size > count && geo->size <= cap ? geo->size : 0;
+  if (io->autoexp && v->streaming)
+    grain = auto_stream_grain (io->autoexp, count, cap);
+  if (grain == 0 && (io->autoexp ? v->slow : v->streaming || v->slow) &&
+      geo->size > count && geo->size <= cap)
+    grain = geo->size;
+  return grain;
 }
 
-/* The longest run: the largest window, but at least a grain. */
+/* The longest run: the largest fill, but at least a grain. */
 static uint64_t
 run_cap (const struct io *io, uint32_t grain)
 {
@@ -490,30 +455,23 @@ begin (struct stream *s, struct cache *cache, const struct io *io,
        const struct read_req *rq, struct plan *p)
 {
   int r;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
 
-  if (p->kind == FILL_WINDOW)
-    window_plan (io, rq, p);
-  else {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
-    run_plan (s, io, rq, p);
-    if (p->kind == FILL_NONE)
-      return CACHE_NOTHING;
-    r = cache_fill_begin (cache, &p->f, p->lo, p->hi, io->geo->min,
-                          rq->offset, rq->offset + rq->count, rq->span,
-                          rq->ask);
-    if (p->kind != FILL_RUN)
-      return r;
-    if (r == 1) {               /* the run is what the cache lacked */
-      s->run_lo = p->lo = p->f.lo;
-      s->run_hi = p->hi = p->f.hi;
-    }
-    else
-      s->run_lo = s->run_hi = 0;        /* the next starts afresh */
+  run_plan (s, io, rq, p);
+  if (p->kind == FILL_NONE)
+    return CACHE_NOTHING;
+  r = cache_fill_begin (cache, &p->f, p->lo, p->hi, io->geo->min,
+                        rq->offset, rq->offset + rq->count, rq->span,
+                        rq->ask);
+  if (p->kind != FILL_RUN)
     return r;
+  if (r == 1) {                 /* the run is what the cache lacked */
+    s->run_lo = p->lo = p->f.lo;
+    s->run_hi = p->hi = p->f.hi;
   }
-  return cache_fill_begin (cache, &p->f, p->lo, p->hi, io->geo->min,
-                           rq->offset, rq->offset + rq->count, rq->span,
-                           rq->ask);
+  else
+    s->run_lo = s->run_hi = 0;          /* the next starts afresh */
+  return r;
 }
 
 /* rq was served from the cache half way or more through the stream's
@@ -550,7 +508,8 @@ ahead_begin (struct stream *s, struct cache *cache, const struct io *io,
 /* --- Serving a read. --- */
 
 /* A read that misses the cache, in the stream or not: in grains, or
- * as it is, timed (windows need the plugin's latency).
+ * as it is, timed (a waiting client's grains need the plugin's
+ * latency).
  */
 static int
 read_missed (struct stream *s, struct cache *cache, const struct io *io,
@@ -560,7 +519,7 @@ read_missed (struct stream *s, struct cache *cache, const struct io *io,
   uint64_t start, took = 0;
   int r;
 
-  if (v->streaming && (p.size = stream_grain (io, rq->count)) > 0)
+  if ((p.size = stream_grain (io, v, rq->count)) > 0)
     return fill_serve (s, cache, io, &p, rq, err);
   start = now_ns ();
   r = pass_down (cache, io, rq, err);
@@ -590,8 +549,6 @@ stream_pread (struct stream *s, struct cache *cache, const struct io *io,
     return STREAM_PASS;
   stream_begin (s, io->geo, &rq, &v);
   rq.span = (uint64_t) (v.in_flight - 1) * count;
-  if (v.window)
-    stats_max (C_RA_WINDOW, v.window);
   /* A read in the stream waits for a fill in progress that holds it. */
   if (cache_lookup (cache, offset, count, buf, &ask, v.in_stream)) {
     stats_add (C_RA_HITS, 1);
@@ -601,14 +558,10 @@ stream_pread (struct stream *s, struct cache *cache, const struct io *io,
      * keep several reads in flight (qemu-img reading a qcow2 over
      * curl on nbdkit 1.32), which a run fetched ahead keeps served.
      */
-    ahead->due = v.in_stream && !v.window &&
+    ahead->due = v.in_stream && !v.slow &&
       (v.pipelined ||
        !(reshape_cfg.parallel_ok || reshape_debug_ablate & ABLATE_AHEAD)) &&
       ahead_begin (s, cache, io, &rq, &ahead->f);
-  }
-  else if (v.window) {
-    struct plan p = { .kind = FILL_WINDOW, .size = v.window };
-    r = fill_serve (s, cache, io, &p, &rq, err);
   }
   else
     r = read_missed (s, cache, io, &v, &rq, err);
@@ -629,7 +582,7 @@ stream_fetch_ahead (struct stream *s, struct cache *cache, const struct io *io,
   if (!ahead->due)
     return;
   stats_add (C_RA_AHEAD, 1);
-  stats_add (C_RA_GRAINS, 1);
+  stats_add (C_RA_MISSES, 1);
   fill_read (cache, io, &ahead->f, &nobody, &result, &ignored);
   stream_filled (s, FILL_RUN, lo, hi, result);
 }

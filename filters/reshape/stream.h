@@ -3,9 +3,7 @@
  * SPDX-License-Identifier: BSD-3-Clause
  *
  * A connection's stream of reads, and how it is served from the read
- * cache: windows for a client that waits for each read, grains for one
- * that keeps several in flight, fills of the cache for both.  See
- * stream.c.
+ * cache: runs of grains filling it.  See stream.c.
  */
 
 #ifndef NBDKIT_RESHAPE_STREAM_H
@@ -28,7 +26,6 @@ struct stream {
   unsigned streak;          /* reads in a row near each other, up to
                                STREAK */
   bool pipelined;           /* it ever had reads in flight together */
-  uint32_t window;          /* the last window filled, 0: none */
   uint64_t latency;         /* ns, the stream's fastest direct read */
   uint64_t run_lo, run_hi;  /* its last run of grains; equal: none */
 };
@@ -52,8 +49,7 @@ struct stream_ahead {
  */
 #define STREAM_PASS 1
 
-/* Serve a read from the stream: from the cache, by a window or grains
- * filling it, or below (io->pread_below) when neither pays.  0, or -1
+/* Serve a read from the stream: from the cache, by grains filling it, or below (io->pread_below) when neither pays.  0, or -1
  * with *err set, or STREAM_PASS.
  */
 extern int stream_pread (struct stream *s, struct cache *cache,
@@ -66,7 +62,7 @@ extern void stream_fetch_ahead (struct stream *s, struct cache *cache,
 
 /* A client's cache request (NBD_CMD_CACHE, as nbdkit's scan and
  * readahead filters send ahead of their clients): its range read into
- * the cache, in windows, as far as the budget allows.  It is advice:
+ * the cache, in fills of reshape-readahead, as far as the budget allows.  It is advice:
  * what is not read, or fails, costs the client nothing.
  */
 extern void stream_prefetch (struct cache *cache, const struct io *io,

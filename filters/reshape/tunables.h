@@ -31,7 +31,7 @@
  * --request-size over sparse-random; nbdcopy's own default].
  */
 #define DEFAULT_SIZE (256 * 1024)
-/* reshape-pool: 8 of the largest windows, 256 staged pages. */
+/* reshape-pool: 8 of the largest fills, 256 staged pages. */
 #define DEFAULT_POOL (64 * 1024 * 1024)
 /* reshape-parallel: nbdkit's threads per connection [bench big: 8
  * left the plugin's streams a third short].
@@ -54,7 +54,7 @@
 /* ---- Heuristics ---- */
 
 /* A plugin call faster than this has no latency worth hiding: no
- * helper threads, windows or grains for it [memory and the page cache
+ * helper threads, grains for it [memory and the page cache
  * against the 1 ms model].
  */
 #define PLUGIN_SLOW_NS (50 * 1000)
