@@ -22,7 +22,8 @@
  * served from aligned grains of GUESS_PREFERRED (a grain larger than
  * the plugin's best costs at most its transfer) until GUESS_CALLS are
  * timed; then the line through the read's cost and the large size
- * cheapest per byte beyond it gives the cost per call and per byte,
+ * cheapest per byte beyond it (their fastest calls, or their means
+ * where the reads queue) gives the cost per call and per byte,
  * and the grain: GUESS_PREFERRED where it costs less than KNEE reads
  * (clusters decoded whole, or latency that dwarfs the transfer), else
  * the power of 2 nearest what moves in twice a read's time; at most
@@ -174,6 +175,7 @@ update (struct auto_core *a)
   struct auto_model m;
   double read, r_ns;
   uint64_t calls;
+  bool queue;
 
   if (a->base >= SIZE_CLASSES)
     return false;
@@ -181,7 +183,14 @@ update (struct auto_core *a)
   if (r.n == 0)
     return false;
   read = MAX (size_class_bytes (a->base), a->min);
-  r_ns = r.min_ns;
+  /* Reads that queue at the plugin (their mean KNEE times their
+   * fastest: clusters decoded one at a time under a client's reads in
+   * flight) are compared by their means, taken under the same load;
+   * the fastest read beside grains timed only under load would make
+   * the grain look dear.
+   */
+  queue = r.sum_ns > KNEE * r.min_ns * r.n;
+  r_ns = queue ? (double) r.sum_ns / r.n : r.min_ns;
   if ((double) r.sum_ns / r.n < PLUGIN_SLOW_NS) {
     a->state = AUTO_FAST;
     a->grain = 0;
@@ -189,7 +198,7 @@ update (struct auto_core *a)
               "nothing fetched or cut", (double) r.sum_ns / r.n / 1000);
   }
   else if ((calls = line (a, AUTO_READ, read, r_ns,
-                          MAX (size_class (top), a->base + 1), false,
+                          MAX (size_class (top), a->base + 1), queue,
                           &m)) == 0 && a->state == AUTO_KNOWN)
     ;                           /* as known, until auto_grain probes */
   else if (calls < GUESS_CALLS && (calls == 0 || a->state != AUTO_KNOWN)) {
@@ -366,7 +375,7 @@ auto_cut (struct auto_core *a, enum auto_dir d, uint64_t count,
   if (d == AUTO_READ && a->state == AUTO_KNOWN)
     m = a->line;
   else if (own)
-    /* A window's client waits for all of it: 2M pieces at once, none
+    /* A run's client waits for all of it: 2M pieces at once, none
      * splitting a cluster (a qcow2's are at most 2M).
      */
     return count > 2 * GUESS_PREFERRED ? MIN (GUESS_PREFERRED, max) : whole;
@@ -503,7 +512,7 @@ auto_stream_grain (struct auto_export *e, uint32_t count, uint64_t cap)
 
 /* Only requests that may be cut count in flight: they share the
  * plugin's lanes (a client's small reads in flight do not stop a
- * window's pieces).
+ * run's pieces).
  */
 uint64_t
 auto_cut_begin (struct auto_export *e, enum auto_dir d, uint64_t count,
