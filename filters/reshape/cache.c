@@ -61,6 +61,7 @@ struct cache {
   struct cache_ask *asks;           /* reads that missed, in flight */
   unsigned failed;                  /* fills failed in a row */
   unsigned misses;                  /* fill attempts since */
+  bool failing;                     /* a fill ever failed */
   struct cache *next;               /* the live list */
 };
 
@@ -364,8 +365,12 @@ cache_fill_begin (struct cache *c, struct cache_fill *f, uint64_t lo,
     return CACHE_REFUSED;
   f->ask_lo = MIN (MAX (read_lo, lo), hi);
   f->ask_hi = MAX (MIN (read_hi, hi), f->ask_lo);
-  f->charged = (hi - lo) - asked_bytes (c, lo, hi, f->ask_lo, f->ask_hi,
-                                        expect);
+  /* Over a plugin that fails, a fill is charged whole while it runs:
+   * if it fails, what reads asked of it was read for nothing too.
+   */
+  f->charged = (hi - lo) - (c->failing ? 0 :
+                            asked_bytes (c, lo, hi, f->ask_lo, f->ask_hi,
+                                         expect));
   if (!budget_charge (f->charged))
     return CACHE_REFUSED;
   if (ask && ask->linked)               /* the fill serves the read */
@@ -452,6 +457,7 @@ keep (struct cache *c, struct cache_fill *f, void *buf, uint32_t len,
      */
     budget_waste (len, f->charged);
     c->failed = MIN (c->failed + 1, FAILED_MAX);
+    c->failing = true;
     return false;
   }
   c->failed = c->misses = 0;
