@@ -9,7 +9,7 @@
 #
 #   0  common tunables: arithmetic, scoped locks, the   } pure: no
 #      clock; the numbers                                } nbdkit
-#   1  walk rangelock ranges files warn exitcode         }
+#   1  walk rangelock ranges files warn                  }
 #   2  stats params io
 #   3  pool helpers sockbuf auto budget
 #   4  split cache
@@ -21,7 +21,7 @@ requires nm --version
 
 layers="
 0 common tunables
-1 walk rangelock ranges files warn exitcode
+1 walk rangelock ranges files warn
 2 stats params io
 3 pool helpers sockbuf auto budget
 4 split cache

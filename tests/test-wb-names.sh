@@ -6,6 +6,9 @@
 # name goes to another's storage.  (nbdkit 1.32 cannot open a context
 # of another name for a plugin that asks for the name: there the
 # later write fails, with an error, and the earlier one stays staged.)
+# Over a plugin that serializes requests, no request of one name may
+# use another name's connection: such a write fails with EIO, and the
+# log says why.
 source "$srcdir/functions.sh"
 requires /usr/bin/python3 -c 'import nbd'
 
@@ -32,6 +35,16 @@ if mode == "shared":
     got = z.pread(4, 1000), z.pread(4, 70000)
     assert got == (b"BBBB", bytes(4)), \
         "an older write under x undid a later one under y: %r" % (got,)
+elif mode == "serial":
+    try:
+        y.pwrite(b"BBBB", 1000)
+        raise SystemExit("a write over x's staged bytes did not wait for them")
+    except nbd.Error as e:
+        assert "Input/output error" in e.string, e.string
+    x.flush()
+    y.pwrite(b"BBBB", 1000)              # x's bytes are in the plugin now
+    y.flush()
+    assert x.pread(4, 1000) == b"BBBB"
 else:
     try:
         y.pwrite(b"BBBB", 1000)
@@ -53,6 +66,17 @@ start_server "$tmp/mem.sock" "$tmp/mem.pid" --filter="$FILTER" \
 /usr/bin/python3 "$tmp/names.py" "$tmp/mem.sock" shared ||
   fail "one storage under two names: a staged write undid a later one"
 stop_servers
+
+if have_filter noparallel; then
+  NAMES="$tmp/names.py" nbdkit -U - --filter="$FILTER" --filter=noparallel \
+    memory 1M serialize=requests reshape-writeback=true reshape-size=64K \
+    --run '/usr/bin/python3 "$NAMES" "$unixsocket" serial' \
+    2> "$tmp/serial.err" || { cat "$tmp/serial.err"; fail "serialized plugin"; }
+  grep -q "export 'x' is connected, but the plugin serializes requests" \
+    "$tmp/serial.err" || fail "serialized plugin: no cause named: $(cat "$tmp/serial.err")"
+else
+  without "serialized plugin" "no noparallel filter"
+fi
 
 mkdir "$tmp/dir"
 for n in x y; do truncate -s 1M "$tmp/dir/$n"; done

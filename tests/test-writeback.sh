@@ -40,8 +40,8 @@ print("all 100 staged writes reached the file")' "$tmp/disk"
 # connection still reads it, every flush fails while the plugin
 # refuses, and once it accepts, the next flush writes it (the error
 # filter fails writes while $tmp/refuse exists).  Data the plugin
-# still refuses at server exit is given up with an error naming the
-# bytes.
+# still refuses at the name's last close is given up with an error
+# naming the bytes.
 truncate -s 0 "$tmp/disk"; truncate -s 4M "$tmp/disk"
 export REFUSE="$tmp/refuse" DISK="$tmp/disk"
 nbdkit -U - --filter="$FILTER" --filter=error file "$tmp/disk" \
@@ -71,8 +71,8 @@ print(\"kept staged through failures\")
 rm -f "$tmp/refuse"
 grep -q "deferred write of 100 bytes at 0 failed" "$tmp/err" ||
   fail "deferred failure not logged: $(cat "$tmp/err")"
-grep -q "50 acknowledged bytes of 1 export ('') lost at server exit" "$tmp/err" ||
-  fail "data given up at exit not named: $(cat "$tmp/err")"
+grep -q "50 acknowledged bytes of export '' lost at its last close" "$tmp/err" ||
+  fail "data given up at the last close not named: $(cat "$tmp/err")"
 cmp -n 100 "$tmp/disk" <(printf 'x%.0s' $(seq 100)) ||
   fail "the retried write-back did not reach the file"
 

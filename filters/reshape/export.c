@@ -201,7 +201,8 @@ export_each (auto_visit *fn, void *opaque)
 
 /* A connection may still be closing at unload (nbdkit quitting on a
  * signal with a client connected): its record stays for its close.
- * Nothing is staged any more (writeback_shutdown).
+ * Nothing is staged any more (each export name's last close gives up
+ * what it cannot write back).
  */
 void
 export_free_all (void)

@@ -37,7 +37,6 @@
 
 #include "cache.h"
 #include "common.h"
-#include "exitcode.h"
 #include "params.h"
 #include "export.h"
 #include "pool.h"
@@ -115,9 +114,6 @@ reshape_load (void)
   stats_start ();
 }
 
-/* Acknowledged writes were given up at exit. */
-static bool lost_writes;
-
 static void
 reshape_unload (void)
 {
@@ -126,8 +122,6 @@ reshape_unload (void)
   export_free_all ();
   pool_free_all ();
   params_free ();
-  if (lost_writes)
-    exitcode_fail ();
 }
 
 static int
@@ -184,7 +178,6 @@ reshape_after_fork (nbdkit_backend *nxdata)
 static void
 reshape_cleanup (nbdkit_backend *nxdata)
 {
-  lost_writes = writeback_shutdown ();
   helpers_stop ();
 }
 

@@ -154,10 +154,14 @@
 #define RANGES_MAX 64
 
 /* Write-back (writeback.c): tries per page when a connection closes,
- * before its data is given up (a plugin failing at random then loses
- * nothing in practice; one failing for good delays the close by so
- * many requests).
+ * one after the other (a plugin failing at random then loses nothing
+ * in practice); then the export name's last connection tries every
+ * twentieth of CLOSE_RETRY_NS until that has passed, and gives up what
+ * is left (a plugin that recovers within it loses nothing; one that
+ * fails for good delays that close, and the server's exit, by so
+ * much).
  */
 #define CLOSE_TRIES 8
+#define CLOSE_RETRY_NS (5 * UINT64_C (1000000000))
 
 #endif /* NBDKIT_RESHAPE_TUNABLES_H */

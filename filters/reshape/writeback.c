@@ -21,11 +21,15 @@
  * is in the plugin, and fails with the plugin's error while one is
  * not.  When failed pages fill the staging share, new writes go
  * through to the plugin (their writers get their own errors).  A
- * closing connection's pages become the export's: every later
- * connection of the export sees them, and its flushes and its close
- * retry them.  Only at server exit, once every connection has closed
- * (nbdkit 1.32 closes them all before cleanup), is anything given up,
- * with an error, and nbdkit then exits with failure.
+ * closing connection's pages become the export's: its other
+ * connections see them, and their flushes and closes retry them.
+ * Staged data never outlives its export name's last connection: that
+ * close retries for CLOSE_RETRY_NS, and gives up what the plugin still
+ * refuses, in one error line (only a successful flush promises
+ * durability, and a client whose flush failed was told so).  So
+ * nothing is staged at server exit (nbdkit 1.32 closes every
+ * connection before cleanup), and no later write of another name
+ * waits for, or fails on, a name nobody uses.
  *
  * Who may touch a page's data: a thread claims the page (busy) to
  * write it back, to lay it over a read or to patch it around a write
@@ -59,6 +63,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <nbdkit-filter.h>
 
@@ -102,10 +107,9 @@ static struct {
   uint64_t staged_bytes;        /* atomic: the fast path's test */
   uint64_t next_seq;            /* page creation order, atomic */
   pthread_mutex_t lock;         /* the list of exports */
-  struct writeback *list;       /* for writeback_order and shutdown */
+  struct writeback *list;       /* for writeback_order */
   unsigned exports;             /* in the list, atomic */
   bool may_borrow;              /* see writeback_thread_model */
-  bool lost;                    /* something was given up */
 } staging = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* The first and the end of the staged bytes, for overlap tests. */
@@ -155,8 +159,8 @@ free_page (struct wb_page *b)
   free (b);
 }
 
-/* Data that can never reach the plugin (server exit): the bytes of
- * it that are lost, each range in the debug log.
+/* Data that can never reach the plugin (its export's last close):
+ * the bytes of it that are lost, each range in the debug log.
  */
 static uint64_t
 give_up (struct wb_page *b)
@@ -863,30 +867,40 @@ writeback_pwrite (struct wb_conn *wc, const struct io *io, const void *buf,
 /* Connection closing: nothing it staged may be left behind.  The
  * write-back runs on a thread of its own, since nbdkit aborts sleeps
  * (delay filter, some plugins) made by a closing connection's threads.
+ * The export's last connection retries for CLOSE_RETRY_NS: what it
+ * cannot write is lost then.
  */
 struct closing {
   struct wb_conn *wc;
   const struct io *io;
+  bool last;
 };
 
 static void *
 drain_all (void *arg)
 {
-  struct closing *c = arg;
+  const struct closing *c = arg;
+  const uint64_t end = now_ns () + CLOSE_RETRY_NS;
+  const struct timespec pause = { .tv_nsec = CLOSE_RETRY_NS / 20 };
   unsigned i;
   int e;
 
-  for (i = 0; i < CLOSE_TRIES; i++)
-    if (drain (c->wc, c->io, UINT64_MAX, &e) == 0)
-      break;                        /* failures are logged */
+  for (i = 1; drain (c->wc, c->io, UINT64_MAX, &e) == -1; i++) {
+    if (i < CLOSE_TRIES)
+      continue;                     /* failures are logged */
+    if (!c->last || now_ns () >= end)
+      break;
+    nanosleep (&pause, NULL);
+  }
   return NULL;
 }
 
-/* The connection's pages become the export's, so that its next
+/* The connection's pages become the export's, so that its other
  * connections see them and their flushes retry them (a client that
- * reconnects at once reads what it wrote).
+ * reconnects at once reads what it wrote).  True if wc is the
+ * export's last connection.
  */
-static void
+static bool
 hand_over (struct wb_conn *wc)
 {
   struct writeback *wb = wc->wb;
@@ -896,12 +910,13 @@ hand_over (struct wb_conn *wc)
   for (b = wb->pages; b; b = b->next)
     if (b->owner == wc)
       b->owner = NULL;
+  return wb->conns == 1;
 }
 
 /* No other export's write may use wc's context any more: it is
- * about to go.
+ * about to go.  True if no connection of the export is left.
  */
-static void
+static bool
 shut_door (struct wb_conn *wc)
 {
   struct writeback *wb = wc->wb;
@@ -914,23 +929,51 @@ shut_door (struct wb_conn *wc)
     *pp = wc->next_open;
   while (wc->borrowers > 0)
     pthread_cond_wait (&wb->changed, &wb->lock);
-  wb->conns--;
+  return --wb->conns == 0;
+}
+
+/* The export's last connection has closed: what the plugin refused
+ * until now is given up, in one line (a connection of the name opened
+ * meanwhile keeps it instead).
+ */
+static void
+give_up_left (struct writeback *wb)
+{
+  uint64_t lost = 0;
+  int err = 0;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
+
+  while (wb->conns == 0 && wb->pages) {
+    struct wb_page *b = wb->pages;
+    if (b->busy) {
+      pthread_cond_wait (&wb->changed, &wb->lock);
+      continue;
+    }
+    wb->pages = b->next;
+    err = err ? err : b->failed;
+    lost += give_up (b);
+  }
+  if (lost > 0)
+    nbdkit_error ("reshape: write-back: %" PRIu64 " acknowledged bytes of "
+                  "export %s lost at its last close: the plugin refused "
+                  "them for %g s (%s)", lost, wb->name,
+                  CLOSE_RETRY_NS / 1e9, strerror (err ? err : EIO));
 }
 
 void
 writeback_close (struct wb_conn *wc, const struct io *io)
 {
-  struct closing c = { .wc = wc, .io = io };
+  struct closing c = { .wc = wc, .io = io, .last = hand_over (wc) };
   pthread_t t;
 
-  hand_over (wc);
   if (anything_staged ()) {
     if (pthread_create (&t, NULL, drain_all, &c) == 0)
       pthread_join (t, NULL);
     else
       drain_all (&c);
   }
-  shut_door (wc);
+  if (shut_door (wc))
+    give_up_left (wc->wb);
 }
 
 /* Has wb a page over [lo, hi)? */
@@ -953,10 +996,11 @@ has_over (struct writeback *wb, uint64_t lo, uint64_t hi)
  * serialized, but not all requests).
  */
 static struct wb_conn *
-borrow (struct writeback *wb)
+borrow (struct writeback *wb, bool *connected)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
 
+  *connected = wb->open != NULL;
   if (!staging.may_borrow || wb->open == NULL)
     return NULL;
   wb->open->borrowers++;
@@ -982,12 +1026,20 @@ write_back_elsewhere (struct writeback *wb, uint64_t lo, uint64_t hi,
                       int *err)
 {
   struct wb_claim c = { .wb = wb };
-  struct wb_conn *door = borrow (wb);
+  bool connected;
+  struct wb_conn *door = borrow (wb, &connected);
   int r;
 
   if (door == NULL) {
-    nbdkit_error ("reshape: write-back: no connection of export %s "
-                  "to write back through", wb->name);
+    if (!has_over (wb, lo, hi))         /* given up at its last close */
+      return 0;
+    if (!connected)
+      nbdkit_error ("reshape: write-back: no connection of export %s "
+                    "to write back through", wb->name);
+    else
+      nbdkit_error ("reshape: write-back: export %s is connected, but "
+                    "the plugin serializes requests, so no request of "
+                    "another export may use its connection", wb->name);
     *err = EIO;
     return -1;
   }
@@ -1055,53 +1107,4 @@ writeback_order (struct wb_conn *wc, uint64_t lo, uint64_t hi, int *err)
   if (r == -1)
     *err = e;
   return r;
-}
-
-/* Server exit: every connection has closed, the last of each export
- * after writing back what it could.  What is left is given up: the
- * bytes lost.  The states themselves go with their exports, at
- * unload.
- */
-static uint64_t
-give_up_all (struct writeback *wb)
-{
-  uint64_t lost = 0;
-
-  while (wb->pages) {
-    struct wb_page *b = wb->pages;
-    wb->pages = b->next;
-    lost += give_up (b);
-  }
-  return lost;
-}
-
-bool
-writeback_shutdown (void)
-{
-  struct writeback *wb;
-  uint64_t lost, total = 0;
-  unsigned exports = 0;
-  const char *first = NULL;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&staging.lock);
-
-  for (wb = staging.list; wb; wb = wb->next) {
-    lost = give_up_all (wb);
-    if (lost == 0)
-      continue;
-    nbdkit_debug ("reshape: write-back: %" PRIu64 " acknowledged bytes of "
-                  "export %s lost", lost, wb->name);
-    total += lost;
-    if (exports++ == 0)
-      first = wb->name;
-  }
-  /* One line for all: a client may have opened thousands of names. */
-  if (total > 0) {
-    nbdkit_error ("reshape: write-back: %" PRIu64 " acknowledged bytes of "
-                  "%u export%s (%s%s) lost at server exit: they could "
-                  "not be written back; exiting with failure", total,
-                  exports, exports == 1 ? "" : "s", first,
-                  exports == 1 ? "" : " and others");
-    staging.lost = true;
-  }
-  return staging.lost;
 }

@@ -26,17 +26,10 @@ extern void writeback_thread_model (int model);
 
 /* One export's staging, kept by its export (export.c finds it by
  * name); NULL with errno on failure.  Dropped when no connection uses
- * it, unless pages are staged in it: false, and the export keeps it.
+ * it (false if pages are still staged in it: the export keeps it).
  */
 extern struct writeback *writeback_new (const char *name);
 extern bool writeback_drop (struct writeback *wb);
-
-/* Server exit (no connection left): what is still staged is given
- * up, with one error for all exports; each export then drops its
- * staging.
- * True if anything was given up.
- */
-extern bool writeback_shutdown (void);
 
 /* One connection's part: its identity as the owner of the pages only
  * its flush covers (shared false: the plugin does not allow
@@ -62,7 +55,9 @@ extern void writeback_open (struct wb_conn *wc, struct writeback *wb,
                             const struct io *door);
 /* The connection is closing: its pages become the export's, and
  * what it can see is written back, retrying.  What the plugin still
- * refuses stays staged for the export's later connections.
+ * refuses stays staged for the export's other connections; the last
+ * one's close retries for CLOSE_RETRY_NS, then gives it up (one error
+ * line, counted in the statistics).
  */
 extern void writeback_close (struct wb_conn *wc, const struct io *io);
 
