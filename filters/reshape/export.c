@@ -48,8 +48,7 @@ static int
 export_open (struct export *exp, const char *name)
 {
   exp->cache = cache_new ();
-  if (exp->wb == NULL)
-    exp->wb = writeback_new (name);
+  exp->wb = writeback_new (name);
   return exp->cache && exp->wb ? 0 : -1;
 }
 
@@ -62,8 +61,9 @@ export_close (struct export *exp)
 {
   if (exp->cache)
     cache_free (exp->cache);
-  if (exp->wb && writeback_drop (exp->wb))
-    exp->wb = NULL;
+  if (exp->wb)
+    writeback_drop (exp->wb);
+  exp->wb = NULL;
   exp->cache = NULL;
 }
 
@@ -84,14 +84,8 @@ record_held (const struct record *e)
   return e->by_tls[false].refs || e->by_tls[true].refs;
 }
 
-static bool
-record_staged (const struct record *e)
-{
-  return e->by_tls[false].wb || e->by_tls[true].wb;
-}
-
-/* Forget the least recently used name no connection holds and with
- * nothing staged, if the registry is full.  Registry lock held.
+/* Forget the least recently used name no connection holds, if the
+ * registry is full.  Registry lock held.
  */
 static void
 forget_one (void)
@@ -101,7 +95,7 @@ forget_one (void)
   if (registry.count < EXPORTS_MAX)
     return;
   for (pp = &registry.list; *pp; pp = &(*pp)->next)
-    if (!record_held (*pp) && !record_staged (*pp))
+    if (!record_held (*pp))
       victim = pp;
   if (victim) {
     struct record *e = *victim;

@@ -220,8 +220,8 @@ writeback_thread_model (int model)
 }
 
 /* Drop a reference; wb is unlinked and freed once none is left (then
- * it is empty: the export holds it while pages are staged in it).
- * staging.lock held.
+ * it is empty: its last close left nothing staged).  staging.lock
+ * held.
  */
 static void
 put (struct writeback *wb)
@@ -237,17 +237,12 @@ put (struct writeback *wb)
   writeback_free (wb);
 }
 
-bool
+void
 writeback_drop (struct writeback *wb)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&staging.lock);
-  {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
-    if (wb->pages)
-      return false;
-  }
+
   put (wb);
-  return true;
 }
 
 void

@@ -26,10 +26,10 @@ extern void writeback_thread_model (int model);
 
 /* One export's staging, kept by its export (export.c finds it by
  * name); NULL with errno on failure.  Dropped when no connection uses
- * it (false if pages are still staged in it: the export keeps it).
+ * it (its last close left nothing staged).
  */
 extern struct writeback *writeback_new (const char *name);
-extern bool writeback_drop (struct writeback *wb);
+extern void writeback_drop (struct writeback *wb);
 
 /* One connection's part: its identity as the owner of the pages only
  * its flush covers (shared false: the plugin does not allow
