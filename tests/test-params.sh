@@ -169,3 +169,20 @@ if nbdkit --filter="$FILTER" --filter="$FILTER" null 1M --run true \
   fail "the filter was accepted twice in one stack"
 fi
 grep -q "only once in a stack" "$tmp/out" || fail "$(cat "$tmp/out")"
+
+# Mistakes that still serve: one warning line each, and the server runs.
+# warned "TEXT" ARGS...
+warned ()
+{
+  local want=$1; shift
+  nbdkit -U - --filter="$FILTER" "$@" --run 'nbdinfo --size "$uri"' \
+    > "$tmp/out" 2>&1 || fail "$*: refused: $(cat "$tmp/out")"
+  test "$(grep -c "warning: .*$want" "$tmp/out")" = 1 ||
+    fail "$*: not one warning '$want': $(cat "$tmp/out")"
+  echo "warned as expected: $*"
+}
+warned "reshape-size=1M is above reshape-max=64K" memory 1M \
+  reshape-size=1M reshape-max=64K
+warned "bytes are less than one block of 4096" memory 1000 reshape-min=4K
+warned "reshape-writeback=true has no effect" -r memory 1M \
+  reshape-writeback=true

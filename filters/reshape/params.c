@@ -281,6 +281,12 @@ params_complete (void)
   if (check_cap (maxdata_id, reshape_cfg.maxdata) == -1 ||
       check_cap (maxlen_id, reshape_cfg.maxlen) == -1)
     return -1;
+  /* They compose (the smaller cap wins), but one of them is moot. */
+  if (reshape_cfg.size && reshape_cfg.maxdata &&
+      reshape_cfg.size > reshape_cfg.maxdata)
+    reshape_warning ("reshape-size=%s is above %s=%s: requests are cut at "
+                     "%s", raw[P_SIZE], forms[maxdata_id].key,
+                     raw[maxdata_id], raw[maxdata_id]);
   return 0;
 }
 
@@ -372,6 +378,9 @@ cap (uint32_t pmax, uint32_t given, enum param_id id, uint32_t pmin,
   return -1;
 }
 
+/* An export rounded down to nothing: said once. */
+static bool told_empty;
+
 int
 params_limits (nbdkit_next *next, struct geometry *geo, uint32_t *ppref)
 {
@@ -392,6 +401,12 @@ params_limits (nbdkit_next *next, struct geometry *geo, uint32_t *ppref)
    * down to whole blocks, as with nbdkit's blocksize filter.
    */
   geo->exportsize = ROUND_DOWN (exportsize, geo->min);
+  if (exportsize > 0 && geo->exportsize == 0 &&
+      !__atomic_exchange_n (&told_empty, true, __ATOMIC_RELAXED))
+    reshape_warning ("the export's %" PRId64 " bytes are less than one "
+                     "block of %" PRIu32 " (reshape-min or the plugin's "
+                     "minimum): clients see an empty export", exportsize,
+                     geo->min);
 
   if (cap (pmax, reshape_cfg.maxdata, maxdata_id, pmin, geo->min,
            &geo->max) == -1 ||
