@@ -32,14 +32,14 @@ enum stats_counter {
   C_RA_MISSES,         /* fills of runs and grains for streams */
   C_RA_FILLED,         /* bytes read ahead */
   C_RA_AHEAD,          /* of them, made ahead of a pipelined stream */
-  C_RA_LOST,           /* fills not kept or not made (run_lost) */
+  C_RA_LOST,           /* fills not kept or not made */
   C_RA_UNREAD,         /* bytes read ahead that no client read */
   C_RA_REFUSED,        /* fills the readahead budget refused */
   C_RA_CACHED,         /* bytes read into the cache for cache requests */
   C_WB_STAGED,         /* bytes of small writes staged */
   C_WB_WRITTEN,        /* staged bytes written back */
   C_WB_FAILED,         /* write-backs the plugin failed (kept staged) */
-  C_WB_LOST,           /* staged bytes given up at exit */
+  C_WB_LOST,           /* staged bytes given up at a last close */
   C_POOL_ALLOCS,       /* buffers allocated by the pool */
   C_POOL_REUSES,       /* buffers handed out again from the pool */
   C_POOL_WAITS,        /* bounce buffers that waited at the cap */
