@@ -2,8 +2,10 @@
 # Acceleration benchmarks: each workload without a filter, with the
 # best existing nbdkit filter for the job, and with this filter, in one
 # hyperfine run; plugin calls counted by the model backend
-# (bench/model-plugin.c).  Results: bench/results/*.json, then
-# bench/report.py writes bench/results/README.md and accel.svg.
+# (bench/model-plugin.c).  Results: OUT/*.json, OUT a new directory
+# under /tmp unless OUT=DIR names one (OUT=bench/results refreshes the
+# project's tables); then bench/report.py writes OUT/README.md and
+# accel.svg.
 # usage: bench/accel.sh [RUNS [SECTION...]], from a built tree (make
 # check builds the model plugin); SECTIONs: naive deep serial big
 # convert optimal scan sweep (default: all).
@@ -21,8 +23,9 @@ sections=${*:-naive deep serial big convert optimal scan sweep}
 want () { case " $sections " in *" $1 "*) return 0 ;; esac; return 1; }
 F="$PWD/filters/reshape/.libs/nbdkit-reshape-filter.so"
 M="$PWD/bench/.libs/nbdkit-model-plugin.so"
-out="$PWD/bench/results"
+out=$(realpath -m "${OUT:-$(mktemp -d /tmp/reshape-accel.XXXXXX)}")
 mkdir -p "$out"
+bench/stamp.sh > "$out/stamp"
 test -f "$M" || make -s check TESTS= >/dev/null
 # Without hyperfine every table would keep its old numbers, silently.
 command -v hyperfine >/dev/null ||

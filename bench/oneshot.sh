@@ -5,8 +5,9 @@
 # is), and the model plugin's shapes.  Goal: each at most 10% + 0.3 s
 # slower than without the filter, and no more plugin reads (those are
 # counted by tests/test-oneshot.sh).  Setups in alternation, round by
-# round (bench/paired.py).  Results: bench/results/oneshot/*.json and
-# bench/results/oneshot/README.md.
+# round (bench/paired.py).  Results: OUT/*.json and OUT/README.md, OUT
+# a new directory under /tmp unless OUT=DIR names one
+# (OUT=bench/results/oneshot refreshes the project's table).
 #
 # usage: bench/oneshot.sh [RUNS] from a built tree.
 set -euo pipefail
@@ -20,8 +21,9 @@ export PATH="/usr/bin:/bin:$PATH"
 runs=${1:-5}
 F=${RESHAPE_FILTER:-"$PWD/filters/reshape/.libs/nbdkit-reshape-filter.so"}
 M=${RESHAPE_MODEL:-"$PWD/bench/.libs/nbdkit-model-plugin.so"}
-out="$PWD/bench/results/oneshot"
+out=$(realpath -m "${OUT:-$(mktemp -d /tmp/reshape-oneshot.XXXXXX)}")
 mkdir -p "$out"
+bench/stamp.sh > "$out/stamp"
 test -f "$M" || make -s check TESTS= >/dev/null
 
 # The plugins, as nbdkit words.
@@ -71,7 +73,8 @@ for f in sorted(glob.glob(os.path.join(d, "*.json"))):
         p, c, r["none"], r["default"], r["default"] - r["none"],
         "ok" if r["default"] <= limit else "**miss**"))
 md = ["# One-shot commands: the default against no filter", "",
-      "Command: `bench/oneshot.sh %s`" % runs, "",
+      "Command: `bench/oneshot.sh %s`; measured on %s." % (
+          runs, open(os.path.join(d, "stamp")).read().strip()), "",
       "Median seconds of the runs; goal: at most 10% + 0.3 s slower.", "",
       "| plugin | client | none | default | difference | goal |",
       "|---|---|---:|---:|---:|---|"] + rows

@@ -65,9 +65,12 @@ def kept_text(path):
     return kept
 
 
+stamp = os.path.join(d, "stamp")
 md = ["# Benchmark results", "",
       "Made by `bench/accel.sh` (hyperfine, one run per table; ratios "
-      "are against no filter in the same run).", ""]
+      "are against no filter in the same run)%s." % (
+          "; measured on " + open(stamp).read().strip()
+          if os.path.exists(stamp) else ""), ""]
 md += kept_text(os.path.join(d, "README.md"))
 bars = []                                   # (bench, label, speed-up)
 for name in TITLES:

@@ -6,7 +6,9 @@
 # import (qemu-img convert -f qcow2 from the curl plugin, against
 # downloading the file and converting it).  bench/tune.sh runs them,
 # RUNS rounds of every setup in alternation; this writes min, median
-# and max of each to bench/results/spread/README.md.
+# and max of each to OUT/README.md (OUT a new directory under /tmp
+# unless OUT=DIR names one: OUT=bench/results/spread refreshes the
+# project's table).
 #
 # usage: bench/spread.sh [RUNS]   (5; nbdkit 1.36 or later for qcow2dec)
 set -euo pipefail
@@ -17,13 +19,15 @@ esac
 cd "$(dirname "$0")/.."
 export PATH="/usr/bin:/bin:$PATH"
 runs=${1:-5}
-out=bench/results/spread
-rm -rf "$out"; mkdir -p "$out"
+out=$(realpath -m "${OUT:-$(mktemp -d /tmp/reshape-spread.XXXXXX)}")
+mkdir -p "$out"
+rm -f "$out"/*.json "$out"/*.version
 TUNE_OUT=$out SETUPS="download none default" bench/tune.sh "$runs" cdi
 TUNE_OUT=$out CLIENTS="nbdcopy nbdcopy2m" SETUPS="none default" \
   bench/tune.sh "$runs" qcow2dec
 rm -f "$out"/*.command
 echo "bench/spread.sh $runs" > "$out/command"
+bench/stamp.sh > "$out/stamp"
 /usr/bin/python3 - "$out" "$runs" <<'PY'
 import glob, json, os, statistics, sys
 out, runs = sys.argv[1], sys.argv[2]

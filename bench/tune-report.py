@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # Turn bench/tune.sh's hyperfine JSON into a Markdown table (README.md
-# beside the JSON) and a heat map (../tune.svg): for every plugin x
+# beside the JSON) and a heat map (tune.svg): for every plugin x
 # client cell, the default's speed against no filter and against the
 # best fixed reshape-size, with the goals of reshape-size=auto:
 #   default >= 0.95x no filter, and within 1.2x of the best fixed size.
@@ -19,7 +19,7 @@ import sys
 import cli
 
 USAGE = ("usage: tune-report.py DIR\n"
-         "Reads bench/tune.sh's JSON in DIR; writes DIR/README.md and\nDIR/../tune.svg.  Takes a second.")
+         "Reads bench/tune.sh's JSON in DIR; writes DIR/README.md and\nDIR/tune.svg.  Takes a second.")
 cli.args(1, USAGE)
 
 d = sys.argv[1]
@@ -225,4 +225,4 @@ for j, c in enumerate(CLIENTS):
             svg.append('<text x="%d" y="%d">%s</text>'
                        % (x + k * W + 14, y + 17, label))
 svg.append('</svg>')
-open(os.path.join(d, "..", "tune.svg"), "w").write("\n".join(svg) + "\n")
+open(os.path.join(d, "tune.svg"), "w").write("\n".join(svg) + "\n")

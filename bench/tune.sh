@@ -25,16 +25,19 @@
 #             filters (cache, cacheextents, retry), the same under
 #             readahead, the default, reshape-size=4M.  Its results are
 #             a row per nbdkit version: cdi.nbdkit-VERSION.json.
-# Results: bench/results/tune/PLUGIN.CLIENT.json; then
-# bench/tune-report.py writes bench/results/tune/README.md and the heat
-# map bench/results/tune.svg.
+# Results: OUT/PLUGIN.CLIENT.json, OUT a new directory under /tmp
+# unless OUT=DIR names one (OUT=bench/results/tune refreshes the
+# project's tables; what is there already stays, row by row); then
+# bench/tune-report.py writes OUT/README.md and the heat map
+# OUT/tune.svg.  Each row records the nbdkit, system, machine and date
+# (bench/stamp.sh) and its command.
 #
 # usage: bench/tune.sh [RUNS [PLUGIN...]] from a built tree (make check
 # builds the model plugin).  CLIENTS=... selects clients, SETUPS=...
 # setups (default: all that apply).  The setup "profile" (not run by
 # default) is the default with reshape-profile=FILE learnt by one
 # untimed run of the same cell before: what a second run gets.
-# TUNE_OUT=DIR writes the results there instead (bench/spread.sh).
+# TUNE_OUT=DIR writes the JSON there and no report (bench/spread.sh).
 set -euo pipefail
 case ${1:-} in
   -h|--help) sed -n '2,/^set -euo/{/^set/d;s/^# \{0,1\}//;p;}' "$0"; exit 0 ;;
@@ -48,7 +51,7 @@ shift || :
 plugins=${*:-lat1 objstore clu64k clu2m zero serial qcow2dec qemu-nbd curl cdi}
 F=${RESHAPE_FILTER:-"$PWD/filters/reshape/.libs/nbdkit-reshape-filter.so"}
 M=${RESHAPE_MODEL:-"$PWD/bench/.libs/nbdkit-model-plugin.so"}
-out=$(realpath -m "${TUNE_OUT:-bench/results/tune}")
+out=$(realpath -m "${TUNE_OUT:-${OUT:-$(mktemp -d /tmp/reshape-tune.XXXXXX)}}")
 scratch=$(mktemp -d /dev/shm/reshape-tune.XXXXXX)
 export RESHAPE_SCRATCH=$scratch         # written $SCRATCH in the results
 helpers=""
@@ -285,8 +288,7 @@ qemu-img convert -f qcow2 -O raw $scratch/cdi-dl.qcow2 $o'" ;;
   done
   mv "$scratch/cdi.json" "$out/cdi.nbdkit-$v.json"
   echo "bench/tune.sh $runs cdi" > "$out/cdi.nbdkit-$v.command"
-  ( . /etc/os-release; echo "nbdkit $v, $PRETTY_NAME" ) \
-    > "$out/cdi.nbdkit-$v.version"
+  bench/stamp.sh > "$out/cdi.nbdkit-$v.version"
   rm -f "$scratch"/cdi-*.raw "$scratch/cdi-dl.qcow2"
 }
 
@@ -319,7 +321,7 @@ clients=${CLIENTS:-nbdcopy nbdcopy2m nbdcopy4k convert-from convert-to naive ran
 for p in $plugins; do
   prepare "$p" || continue
   if [ "$p" = cdi ]; then cdi_cell; continue; fi
-  nbdkit --version | head -1 > "$out/$p.version"
+  bench/stamp.sh > "$out/$p.version"
   # A run of some clients' cells only is added to the command of the
   # run that made the others.
   if [ -n "${CLIENTS:-}" ]; then
@@ -360,3 +362,4 @@ $(setup_params "$s") --run '$cmd'"
   done
 done
 [ -n "${TUNE_OUT:-}" ] || /usr/bin/python3 "$PWD/bench/tune-report.py" "$out"
+echo "tune.sh: results in $out"
