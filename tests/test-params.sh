@@ -186,3 +186,7 @@ warned "reshape-size=1M is above reshape-max=64K" memory 1M \
 warned "bytes are less than one block of 4096" memory 1000 reshape-min=4K
 warned "reshape-writeback=true has no effect" -r memory 1M \
   reshape-writeback=true
+if have_filter blocksize; then
+  warned "do not stack nbdkit's blocksize filter" --filter=blocksize \
+    memory 1M minblock=4096
+fi

@@ -31,6 +31,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <nbdkit-filter.h>
@@ -134,6 +135,15 @@ reshape_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
     return -1;
   if (r == 1)
     return 0;
+  /* nbdkit's blocksize filter below takes these: the two would cut
+   * and align each other's requests.
+   */
+  if (strcmp (key, "minblock") == 0 || strcmp (key, "maxdata") == 0 ||
+      strcmp (key, "maxlen") == 0)
+    reshape_warning ("%s= reaches a layer below the reshape filter: "
+                     "do not stack nbdkit's blocksize filter with it "
+                     "(reshape-min, reshape-maxdata, reshape-maxlen do "
+                     "that job)", key);
   return next (nxdata, key, value);
 }
 
