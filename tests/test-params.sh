@@ -190,3 +190,16 @@ if have_filter blocksize; then
   warned "do not stack nbdkit's blocksize filter" --filter=blocksize \
     memory 1M minblock=4096
 fi
+
+# The report, written by rename at exit, would replace the plugin's
+# own file: refused with one error naming both.
+truncate -s 1M "$tmp/disk"
+if nbdkit_reshape file "$tmp/disk" reshape-stats="$tmp/disk" --run true \
+     > "$tmp/out" 2>&1; then
+  fail "reshape-stats over the plugin's file= was accepted"
+fi
+test "$(grep -c error "$tmp/out")" = 1 &&
+  grep -q "reshape-stats: '$tmp/disk' is the file that file= names" "$tmp/out" ||
+  fail "reshape-stats over file=: $(cat "$tmp/out")"
+test "$(stat -c %s "$tmp/disk")" = 1048576 || fail "the plugin's file changed"
+echo "refused as expected: reshape-stats over the plugin's file"

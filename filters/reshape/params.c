@@ -24,6 +24,7 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include <nbdkit-filter.h>
 
@@ -272,6 +273,46 @@ check_cap (enum param_id id, uint32_t cap)
   return -1;
 }
 
+/* Files that other layers' parameters name (file=disk.img): the
+ * report is written by rename, and must not replace one of them.
+ */
+enum { OTHERS_MAX = 8 };
+static struct { dev_t dev; ino_t ino; char key[32]; } others[OTHERS_MAX];
+static unsigned n_others;
+
+void
+params_other (const char *key, const char *value)
+{
+  struct stat st;
+
+  if (n_others < OTHERS_MAX && stat (value, &st) == 0 &&
+      S_ISREG (st.st_mode)) {
+    others[n_others].dev = st.st_dev;
+    others[n_others].ino = st.st_ino;
+    snprintf (others[n_others++].key, sizeof others[0].key, "%s", key);
+  }
+}
+
+static int
+check_stats_file (void)
+{
+  struct stat st;
+  unsigned i;
+
+  if (reshape_cfg.stats_file == NULL ||
+      stat (reshape_cfg.stats_file, &st) == -1)
+    return 0;
+  for (i = 0; i < n_others; i++)
+    if (others[i].dev == st.st_dev && others[i].ino == st.st_ino) {
+      nbdkit_error ("reshape-stats: '%s' is the file that %s= names; "
+                    "accepted: the path of another file (the report "
+                    "would replace it)", reshape_cfg.stats_file,
+                    others[i].key);
+      return -1;
+    }
+  return 0;
+}
+
 int
 params_complete (void)
 {
@@ -279,7 +320,8 @@ params_complete (void)
    * params_limits); the user's values can be checked now.
    */
   if (check_cap (maxdata_id, reshape_cfg.maxdata) == -1 ||
-      check_cap (maxlen_id, reshape_cfg.maxlen) == -1)
+      check_cap (maxlen_id, reshape_cfg.maxlen) == -1 ||
+      check_stats_file () == -1)
     return -1;
   /* They compose (the smaller cap wins), but one of them is moot. */
   if (reshape_cfg.size && reshape_cfg.maxdata &&

@@ -43,6 +43,10 @@ extern struct params reshape_cfg;
 /* Returns 1 if the key was ours, 0 if not (the plugin's), -1 on error. */
 extern int params_key (const char *key, const char *value);
 /* Checks the parameters together; -1 on error. */
+/* A parameter of another layer: a file it names is remembered, so
+ * that reshape-stats does not replace it.
+ */
+extern void params_other (const char *key, const char *value);
 extern int params_complete (void);
 extern void params_set_thread_model (int thread_model);
 extern void params_free (void);

@@ -135,6 +135,7 @@ reshape_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
     return -1;
   if (r == 1)
     return 0;
+  params_other (key, value);
   /* nbdkit's blocksize filter below takes these: the two would cut
    * and align each other's requests.
    */
