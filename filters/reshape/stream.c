@@ -159,8 +159,7 @@ slow_waiter (struct stream *s, bool near, bool continues, bool waits)
  * stream_end must follow.
  */
 static void
-stream_begin (struct stream *s, const struct geometry *geo,
-              const struct read_req *rq, struct seen *v)
+stream_begin (struct stream *s, const struct read_req *rq, struct seen *v)
 {
   const uint64_t reach = (uint64_t) REORDER * rq->count;
   bool continues, waits;
@@ -547,7 +546,7 @@ stream_pread (struct stream *s, struct cache *cache, const struct io *io,
    */
   if (count >= io->geo->size && io->autoexp == NULL)
     return STREAM_PASS;
-  stream_begin (s, io->geo, &rq, &v);
+  stream_begin (s, &rq, &v);
   rq.span = (uint64_t) (v.in_flight - 1) * count;
   /* A read in the stream waits for a fill in progress that holds it. */
   if (cache_lookup (cache, offset, count, buf, &ask, v.in_stream)) {
