@@ -189,6 +189,8 @@ warned "reshape-writeback=true has no effect" -r memory 1M \
 if have_filter blocksize; then
   warned "do not stack nbdkit's blocksize filter" --filter=blocksize \
     memory 1M minblock=4096
+else
+  without "the blocksize filter's warning" "no blocksize filter"
 fi
 
 # The report, written by rename at exit, would replace the plugin's
