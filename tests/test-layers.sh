@@ -9,24 +9,25 @@
 #
 #   0  common tunables: arithmetic, scoped locks, the   } pure: no
 #      clock; the numbers                                } nbdkit
-#   1  walk rangelock ranges files warn                  }
-#   2  stats params io
-#   3  pool helpers sockbuf auto budget
-#   4  split cache
-#   5  stream writeback
-#   6  export
-#   7  reshape (the nbdkit callbacks and the order of the stages)
+#   1  walk ranges files warn                            }
+#   2  stats params
+#   3  pool helpers sockbuf auto
+#   4  split
+#   5  readahead
+#   6  writeback
+#   7  reshape (the nbdkit callbacks, the order of the stages, the
+#      registry of exports)
 source "$srcdir/functions.sh"
 requires nm --version
 
 layers="
 0 common tunables
-1 walk rangelock ranges files warn
-2 stats params io
-3 pool helpers sockbuf auto budget
-4 split cache
-5 stream writeback
-6 export
+1 walk ranges files warn
+2 stats params
+3 pool helpers sockbuf auto
+4 split
+5 readahead
+6 writeback
 7 reshape
 "
 src="$srcdir/../filters/reshape"

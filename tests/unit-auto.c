@@ -104,6 +104,13 @@ call (const struct plugin *p, uint64_t off, uint64_t s)
   return ns < 1 ? 1 : (uint64_t) ns;
 }
 
+/* One call of bytes took ns, told as the filter tells a batch. */
+static void
+record (struct auto_core *a, enum auto_dir d, uint64_t bytes, uint64_t ns)
+{
+  auto_record (a, d, bytes, 1, ns, ns >= PLUGIN_SLOW_NS ? ns : 0);
+}
+
 static int verbose;
 static unsigned failures;
 
@@ -139,7 +146,7 @@ stream (struct auto_core *a, const struct cell *c, unsigned n, uint64_t cap,
 
     if (i == 0 && first)
       *first = g;
-    auto_record (a, AUTO_READ, size, call (&c->p, at, size));
+    record (a, AUTO_READ, size, call (&c->p, at, size));
     off = (at + size) % (UINT64_C (1) << 40);
     if (at_known > n && known (a))
       at_known = i + 1;
@@ -270,7 +277,7 @@ requests (struct auto_core *a, const struct plugin *p, enum auto_dir d,
   for (i = 0; i < n; i++) {
     step = auto_cut (a, d, count, 32 << 20, 8, 1, false);
     for (j = 0; j < count / step; j++)
-      auto_record (a, d, step, call (p, i * count + j * step, step));
+      record (a, d, step, call (p, i * count + j * step, step));
   }
   return count / step;
 }
@@ -309,7 +316,7 @@ check_edges (void)
   const struct cell c = { .p = { .lat_ns = 5e6, .bw = 100e6 } };
 
   start (&a, &c);
-  auto_record (&a, AUTO_READ, GUESS_PREFERRED / 2, 10e6);
+  record (&a, AUTO_READ, GUESS_PREFERRED / 2, 10e6);
   if (auto_grain (&a, GUESS_PREFERRED / 2, 64 << 20) != 0)
     failed ("edges", &a, "a grain for reads of a 1M");
 }

@@ -722,52 +722,6 @@ run (const char *setup)
   exit (0);
 }
 
-/* --- What the filter calls of nbdkit, beyond its logging
- * (tests/unit-stubs.c): nothing here uses it.
- */
-
-char *
-nbdkit_absolute_path (const char *path)
-{
-  return strdup (path);
-}
-
-int64_t
-nbdkit_peer_pid (void)
-{
-  return -1;
-}
-
-struct nbdkit_extents *
-nbdkit_extents_new (uint64_t start, uint64_t end)
-{
-  return NULL;
-}
-
-void
-nbdkit_extents_free (struct nbdkit_extents *e)
-{
-}
-
-size_t
-nbdkit_extents_count (const struct nbdkit_extents *e)
-{
-  return 0;
-}
-
-struct nbdkit_extent
-nbdkit_get_extent (const struct nbdkit_extents *e, size_t i)
-{
-  abort ();
-}
-
-int
-nbdkit_add_extent (struct nbdkit_extents *e, uint64_t offset,
-                   uint64_t length, uint32_t type)
-{
-  return -1;
-}
-
 /* --- The cells. --- */
 
 struct result {

@@ -111,7 +111,7 @@ recent (const struct auto_core *a, const struct auto_class *k)
 }
 
 static void
-add (struct auto_core *a, struct auto_class *k, uint64_t ns)
+add (struct auto_core *a, struct auto_class *k, const struct auto_bucket *b)
 {
   const uint64_t now = age (a);
 
@@ -120,8 +120,7 @@ add (struct auto_core *a, struct auto_class *k, uint64_t ns)
     k->cur = (struct auto_bucket) { 0 };
     k->age = now;
   }
-  merge (&k->cur, &(struct auto_bucket) {
-      .n = 1, .sum_ns = ns, .min_ns = ns >= PLUGIN_SLOW_NS ? ns : 0 });
+  merge (&k->cur, b);
 }
 
 /* The line from a call of read bytes costing r_ns to the class from
@@ -222,16 +221,17 @@ update (struct auto_core *a)
 
 bool
 auto_record (struct auto_core *a, enum auto_dir d, uint64_t bytes,
-             uint64_t ns)
+             uint32_t calls, uint64_t sum_ns, uint64_t min_ns)
 {
   const unsigned c = size_class (bytes);
   struct auto_class *k = &a->table[d][c];
 
-  k->calls++;
-  k->bytes += bytes;
-  k->ns += ns;
-  add (a, k, ns);
-  a->calls++;
+  k->calls += calls;
+  k->bytes += bytes * calls;
+  k->ns += sum_ns;
+  add (a, k, &(struct auto_bucket) { .n = calls, .sum_ns = sum_ns,
+                                     .min_ns = min_ns });
+  a->calls += calls;
   if (d == AUTO_READ && a->base < SIZE_CLASSES &&
       c >= a->base)
     return update (a);
@@ -491,21 +491,48 @@ auto_published_grain (struct auto_export *e)
 }
 
 void
-auto_time (struct auto_export *e, enum auto_dir d, uint64_t bytes,
-           uint64_t ns)
+auto_batch_add (struct auto_batch *b, uint64_t bytes, uint64_t ns)
 {
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&e->lock);
+  unsigned i;
 
-  publish (e, auto_record (&e->core, d, bytes, ns));
+  for (i = 0; i < b->n && b->size[i].bytes != bytes; i++)
+    ;
+  if (i == 4)
+    return;
+  if (i == b->n)
+    b->size[b->n++] = (typeof (b->size[0])) { .bytes = bytes };
+  b->size[i].calls++;
+  b->size[i].sum_ns += ns;
+  if (ns >= PLUGIN_SLOW_NS &&
+      (b->size[i].min_ns == 0 || ns < b->size[i].min_ns))
+    b->size[i].min_ns = ns;
+}
+
+void
+auto_time (struct auto_export *e, enum auto_dir d, const struct auto_batch *b)
+{
+  bool changed = false;
+  unsigned i;
+
+  if (b->n == 0)
+    return;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&e->lock);
+  for (i = 0; i < b->n; i++)
+    changed |= auto_record (&e->core, d, b->size[i].bytes, b->size[i].calls,
+                            b->size[i].sum_ns, b->size[i].min_ns);
+  publish (e, changed);
 }
 
 uint32_t
 auto_stream_grain (struct auto_export *e, uint32_t count, uint64_t cap)
 {
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&e->lock);
-  const uint32_t was = e->core.grain;
-  const uint32_t g = auto_grain (&e->core, count, cap);
+  uint32_t was, g;
 
+  if (count >= GUESS_PREFERRED / 2)     /* no grain: no need to lock */
+    return 0;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&e->lock);
+  was = e->core.grain;
+  g = auto_grain (&e->core, count, cap);
   publish (e, was != e->core.grain);
   return g;
 }

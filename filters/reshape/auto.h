@@ -105,9 +105,13 @@ struct auto_core {
 
 /* Forget everything. */
 extern void auto_forget (struct auto_core *a);
-/* A plugin call of bytes took ns.  True if the grain changed. */
+/* calls plugin calls of bytes each took sum_ns together, the fastest
+ * of PLUGIN_SLOW_NS or more min_ns (0: none).  True if the grain
+ * changed.
+ */
 extern bool auto_record (struct auto_core *a, enum auto_dir d,
-                         uint64_t bytes, uint64_t ns);
+                         uint64_t bytes, uint32_t calls, uint64_t sum_ns,
+                         uint64_t min_ns);
 /* The grain a stream's read of count bytes that missed the cache is
  * served from, at most cap (rounded down to a power of 2); 0: the
  * read goes as it is.
@@ -147,8 +151,18 @@ extern void auto_connect (struct auto_export *e, const struct geometry *geo,
 extern bool auto_fast (struct auto_export *e);
 extern uint32_t auto_published_grain (struct auto_export *e);
 
+/* A request's pieces, timed, told in one batch: at most four sizes
+ * (the first, the middle ones, the last, the export's short last
+ * block); a fifth goes untimed.
+ */
+struct auto_batch {
+  unsigned n;
+  struct { uint64_t bytes, sum_ns, min_ns; uint32_t calls; } size[4];
+};
+extern void auto_batch_add (struct auto_batch *b, uint64_t bytes,
+                            uint64_t ns);
 extern void auto_time (struct auto_export *e, enum auto_dir d,
-                       uint64_t bytes, uint64_t ns);
+                       const struct auto_batch *b);
 extern uint32_t auto_stream_grain (struct auto_export *e, uint32_t count,
                                    uint64_t cap);
 /* The step for a request of count bytes (see auto_cut); auto_cut_end

@@ -19,11 +19,14 @@
  *   flush    write-back: everything staged before it; the plugin's
  *            flush
  *
- * Each mechanism lives in its own file with its own header.  The order
- * in which a client request passes the stages is decided here alone:
- * a stage hands the request on through the struct io built here.  The
- * stages' own plugin requests (a readahead run, a write-back) go
- * straight to split.c, the bottom.
+ * Each mechanism lives in its own file with its own header; the order
+ * in which a client request passes them is decided here alone.  Here
+ * too is the registry of exports: what an export's connections share
+ * (the read cache, staged writes) is found by its name and whether the
+ * client uses TLS (tls-fallback serves the two different data under
+ * one name), and what is learnt of the plugin is the name's, kept
+ * after its connections close so that a client that reconnects keeps
+ * it.
  */
 
 #include <config.h>
@@ -36,21 +39,185 @@
 
 #include <nbdkit-filter.h>
 
-#include "cache.h"
+#include "auto.h"
 #include "common.h"
+#include "helpers.h"
 #include "params.h"
-#include "export.h"
 #include "pool.h"
+#include "readahead.h"
 #include "sockbuf.h"
 #include "split.h"
 #include "stats.h"
-#include "stream.h"
 #include "tunables.h"
-#include "auto.h"
-#include "helpers.h"
 #include "warn.h"
 #include "writeback.h"
 
+
+
+/* What the connections of an export (a name, plain or TLS) share:
+ * made at its first connection, freed at its last close.
+ */
+struct export {
+  unsigned refs;                /* connections (registry lock) */
+  struct readahead_cache cache; /* with multi-conn */
+  struct writeback *wb;         /* staged writes */
+  struct auto_export *autoexp;  /* the name's: outlives the above */
+};
+
+/* One export name, most recently used first.  Kept while no
+ * connection holds it, for its learning, for EXPORTS_MAX names.
+ */
+struct record {
+  char *name;
+  struct auto_export *autoexp;
+  struct export by_tls[2];
+  struct record *next;
+};
+
+/* The registry's lock is taken when a connection opens or closes, and
+ * by the report's walks: never on a request's path.
+ */
+static struct {
+  pthread_mutex_t lock;
+  struct record *list;
+  unsigned count;
+} registry = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void
+export_close (struct export *exp)
+{
+  readahead_cache_drop (&exp->cache);
+  if (exp->wb)
+    writeback_drop (exp->wb);
+  exp->wb = NULL;
+}
+
+static void
+record_free (struct record *e)
+{
+  export_close (&e->by_tls[false]);
+  export_close (&e->by_tls[true]);
+  if (e->autoexp)
+    auto_free (e->autoexp);
+  free (e->name);
+  free (e);
+}
+
+static bool
+record_held (const struct record *e)
+{
+  return e->by_tls[false].refs || e->by_tls[true].refs;
+}
+
+/* The record of name, made if new (the least recently used one no
+ * connection holds forgotten if the registry is full), moved to the
+ * front.  Registry lock held.
+ */
+static struct record *
+record_get (const char *name)
+{
+  struct record **pp, *e, **victim = NULL;
+
+  for (pp = &registry.list; (e = *pp) != NULL; pp = &e->next) {
+    if (strcmp (e->name, name) == 0) {
+      *pp = e->next;
+      break;
+    }
+    if (!record_held (e))
+      victim = pp;
+  }
+  if (e == NULL && registry.count >= EXPORTS_MAX && victim) {
+    e = *victim;
+    *victim = e->next;
+    registry.count--;
+    record_free (e);
+    e = NULL;
+  }
+  if (e == NULL) {
+    if ((e = calloc (1, sizeof *e)) == NULL ||
+        (e->name = strdup (name)) == NULL ||
+        (e->autoexp = auto_new (e->name)) == NULL) {
+      const int saved = errno;
+      if (e)
+        record_free (e);
+      errno = saved;
+      return NULL;
+    }
+    e->by_tls[false].autoexp = e->by_tls[true].autoexp = e->autoexp;
+    registry.count++;
+  }
+  e->next = registry.list;
+  registry.list = e;
+  return e;
+}
+
+static struct export *
+export_get (const char *name, bool tls)
+{
+  struct record *e;
+  struct export *exp = NULL;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
+
+  if ((e = record_get (name)) != NULL) {
+    exp = &e->by_tls[tls];
+    if (exp->refs == 0 && (exp->wb = writeback_new (e->name)) == NULL)
+      exp = NULL;
+  }
+  if (exp == NULL) {
+    nbdkit_error ("reshape: export state: %m");
+    return NULL;
+  }
+  exp->refs++;
+  return exp;
+}
+
+static void
+export_put (struct export *exp)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
+
+  if (--exp->refs == 0)
+    export_close (exp);
+}
+
+/* fn on every name's learning, most recently used first. */
+static void
+export_each (auto_visit *fn, void *opaque)
+{
+  struct record *e;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
+
+  for (e = registry.list; e; e = e->next)
+    fn (e->autoexp, opaque);
+}
+
+/* At unload: every name no connection holds (one may still be closing
+ * when nbdkit quits on a signal).
+ */
+static void
+export_free_all (void)
+{
+  struct record **pp = &registry.list, *e;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
+
+  while ((e = *pp) != NULL) {
+    if (record_held (e)) {
+      pp = &e->next;
+      continue;
+    }
+    *pp = e->next;
+    registry.count--;
+    record_free (e);
+  }
+}
+
+static void report_summary (FILE *fp) { auto_summary (export_each, fp); }
+static void report_tables (FILE *fp) { auto_tables (export_each, fp); }
+static void report_json (FILE *fp) { auto_json (export_each, fp); }
+
+static const struct stats_learning export_stats = {
+  .summary = report_summary, .tables = report_tables, .json = report_json,
+};
 
 /* One client connection. */
 struct handle {
@@ -59,28 +226,14 @@ struct handle {
   uint32_t preferred;           /* block size told to clients */
   bool multi_conn;              /* the plugin allows multi-conn */
   bool staging;                 /* it stages writes (write-back) */
-  struct cache *cache;          /* readahead's: see conn_cache */
+  struct readahead_cache *cache;/* readahead's: see conn_cache */
+  struct readahead_cache own;   /* a cache of its own */
   int next_cache;               /* the layer below's can_cache */
   struct split_conn split;
-  struct stream stream;
+  struct readahead_stream stream;
   struct wb_conn wb;
   struct sockbuf_conn sb;
 };
-
-/* The stages below write-back and the stream, for struct io. */
-static int
-pread_below (const struct io *io, void *buf, uint32_t count,
-             uint64_t offset, int *err)
-{
-  return split_pread (io, buf, count, offset, err);
-}
-
-static int
-pwrite_below (const struct io *io, const void *buf, uint32_t count,
-              uint64_t offset, uint32_t flags, int *err)
-{
-  return split_pwrite (io, buf, count, offset, flags, err);
-}
 
 static bool
 flush_staged (const struct io *io, uint64_t lo, uint64_t hi)
@@ -97,8 +250,6 @@ io_init (struct io *io, nbdkit_next *next, struct handle *h)
   /* reshape-size=SIZE: nothing to learn, nothing timed. */
   *io = (struct io) { .next = next, .geo = &h->geo, .split = &h->split,
                       .autoexp = reshape_cfg.size ? NULL : h->exp->autoexp,
-                      .pread_below = pread_below,
-                      .pwrite_below = pwrite_below,
                       .flush_staged = flush_staged,
                       .conn = h };
 }
@@ -161,7 +312,7 @@ reshape_config_complete (nbdkit_next_config_complete *next,
       (reshape_cfg.stats_file && stats_check (reshape_cfg.stats_file) == -1))
     return -1;
   pool_init (reshape_cfg.pool);
-  pool_set_reclaim (cache_reclaim);
+  pool_set_reclaim (readahead_reclaim);
   sockbuf_configure (reshape_cfg.sndbuf_set, reshape_cfg.sndbuf);
   return next (nxdata);
 }
@@ -217,7 +368,7 @@ reshape_open (nbdkit_next_open *next, nbdkit_context *nxdata,
     free (h);
     return NULL;
   }
-  stream_init (&h->stream);
+  readahead_stream_init (&h->stream);
   sockbuf_open (&h->sb);
   return h;
 }
@@ -227,9 +378,8 @@ reshape_close (void *handle)
 {
   struct handle *h = handle;
 
-  if (h->cache && h->cache != h->exp->cache)
-    cache_free (h->cache);
-  stream_destroy (&h->stream);
+  if (h->cache == &h->own)
+    readahead_cache_drop (&h->own);
   export_put (h->exp);
   free (h);
 }
@@ -253,17 +403,11 @@ readahead_on (const struct handle *h)
  * another's.  None without readahead: every write walks the live
  * caches.
  */
-static int
+static void
 conn_cache (struct handle *h)
 {
-  if (!readahead_on (h))
-    return 0;
-  h->cache = h->multi_conn ? h->exp->cache : cache_new ();
-  if (h->cache == NULL) {
-    nbdkit_error ("reshape: cache: %m");
-    return -1;
-  }
-  return 0;
+  if (readahead_on (h))
+    h->cache = h->multi_conn ? &h->exp->cache : &h->own;
 }
 
 static int
@@ -278,8 +422,7 @@ reshape_prepare (nbdkit_next *next, void *handle, int readonly)
    * staged.
    */
   h->staging = reshape_cfg.writeback && next->can_flush (next) == 1;
-  if (conn_cache (h) == -1)
-    return -1;
+  conn_cache (h);
   if (params_limits (next, &h->geo, &ppref) == -1)
     return -1;
   /* reshape-size=auto: what earlier connections measured; nothing is
@@ -343,7 +486,7 @@ reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
   struct handle *h = handle;
   struct io io;
   struct wb_claim claim;
-  struct stream_ahead ahead = { .due = false };
+  struct readahead_range *ahead = NULL;
   int r;
 
   stats_client (OP_PREAD, count);
@@ -353,14 +496,14 @@ reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
    * what it overlaps from the caches.
    */
   writeback_begin (&h->wb, &io, offset, offset + count, &claim);
-  r = STREAM_PASS;
-  if (readahead_on (h) && !(io.autoexp && auto_fast (io.autoexp)))
-    r = stream_pread (&h->stream, h->cache, &io, buf, count, offset,
-                      &ahead, err);
-  if (r == STREAM_PASS)
-    r = pread_below (&io, buf, count, offset, err);
+  r = READAHEAD_PASS;
+  if (h->cache && !(io.autoexp && auto_fast (io.autoexp)))
+    r = readahead_pread (h->cache, &h->stream, &io, buf, count, offset,
+                         &ahead, err);
+  if (r == READAHEAD_PASS)
+    r = split_pread (&io, buf, count, offset, err);
   writeback_end_read (&claim, buf, count, offset, r == 0);
-  stream_fetch_ahead (&h->stream, h->cache, &io, &ahead);
+  readahead_fetch_ahead (&h->stream, &io, ahead);
   return r;
 }
 
@@ -377,9 +520,9 @@ reshape_pwrite (nbdkit_next *next, void *handle, const void *buf,
   if (reshape_cfg.writeback)
     r = writeback_pwrite (&h->wb, &io, buf, count, offset, flags, err);
   else
-    r = pwrite_below (&io, buf, count, offset, flags, err);
+    r = split_pwrite (&io, buf, count, offset, flags, err);
   /* Coherence: before the reply, whatever the outcome. */
-  cache_invalidate_all (offset, offset + count);
+  readahead_invalidate (offset, offset + count);
   return r;
 }
 
@@ -409,7 +552,7 @@ erase (nbdkit_next *next, struct handle *h, enum stats_op op,
     r = split_trim (&io, count, offset, flags, err);
     writeback_release (&claim);
   }
-  cache_invalidate_all (offset, offset + count);
+  readahead_invalidate (offset, offset + count);
   return r;
 }
 
@@ -463,7 +606,7 @@ reshape_cache (nbdkit_next *next, void *handle, uint32_t count,
       return 0;
     return split_cache (&io, count, offset, flags, err);
   }
-  stream_prefetch (h->cache, &io, count, offset);
+  readahead_prefetch (h->cache, &io, count, offset);
   return 0;
 }
 

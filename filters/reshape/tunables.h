@@ -59,7 +59,7 @@
  */
 #define PLUGIN_SLOW_NS (50 * 1000)
 
-/* Streams (stream.c): reads in a row that each came alone make a
+/* Streams (readahead.c): reads in a row that each came alone make a
  * client that waits for each read; how far out of order a pipelining
  * client's reads arrive, in reads [nbdcopy keeps 64 in flight]; reads
  * in a row near each other before a stream's reads are served from
@@ -70,24 +70,18 @@
 #define REORDER 64
 #define STREAK 4
 
-/* The readahead budget (budget.c): unasked bytes, at most 1/SHARE of
+/* The readahead budget (readahead.c): unasked bytes, at most 1/SHARE of
  * what all clients of the process read, plus BASE.
  */
 #define BUDGET_SHARE 20
 #define BUDGET_BASE (16 * 1024 * 1024)
-/* The read cache (cache.c) tracks which bytes of an entry clients read
- * in at most this many chunks (4K each up to 2M entries): the budget's
- * count of unread bytes is exact to a chunk.
+/* The read cache tracks which bytes of a range clients read in at
+ * most this many chunks (4K each up to 2M ranges): the budget's count
+ * of unread bytes is exact to a chunk.  A read that fills in progress
+ * keep making stale is tried FILL_TRIES times before it goes to the
+ * plugin as it is.
  */
 #define CACHE_CHUNKS 512
-/* A fill charges nothing for the bytes that reads in flight ask for
- * (cache.c), counting up to this many of them [nbdcopy: 4 connections
- * of 16 threads].
- */
-#define ASKS_COUNTED 64
-/* A fill that another fill in progress may hold is tried so many times
- * (stream.c) before the read goes to the plugin as it is.
- */
 #define FILL_TRIES 3
 
 /* The buffer pool (pool.c): of the cap, less one largest minimum
@@ -106,7 +100,7 @@
 #define CACHE_SHARE_NUM 2
 #define CACHE_SHARE_DEN 3
 
-/* reshape-size=auto (auto.c; EXPORTS_MAX: export.c) [tests/unit-sim;
+/* reshape-size=auto (auto.c; EXPORTS_MAX: reshape.c) [tests/unit-sim;
  * bench/results/tune]:
  *   AGE            the table forgets calls older than 2 AGE calls of
  *                  the export (a plugin that changes is followed)

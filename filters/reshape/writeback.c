@@ -67,11 +67,10 @@
 
 #include <nbdkit-filter.h>
 
-#include "cache.h"
+#include "readahead.h"
 #include "common.h"
 #include "pool.h"
 #include "ranges.h"
-#include "io.h"
 #include "split.h"
 #include "stats.h"
 #include "tunables.h"
@@ -395,7 +394,7 @@ write_back (const struct io *io, struct writeback *wb, struct wb_page *b,
   for (i = 0; i < b->staged.nr; i++)
     stats_add (C_WB_WRITTEN, b->staged.r[i].hi - b->staged.r[i].lo);
   /* Whatever a reader cached meanwhile is older than this. */
-  cache_invalidate_all (lo, hi);
+  readahead_invalidate (lo, hi);
   remove_page (wb, b);
   return 0;
 }
@@ -828,7 +827,7 @@ write_through (struct wb_conn *wc, const struct io *io, const void *buf,
   int r;
 
   writeback_begin (wc, io, offset, offset + count, &c);
-  r = io->pwrite_below (io, buf, count, offset, flags, err);
+  r = split_pwrite (io, buf, count, offset, flags, err);
   writeback_end_write (&c, buf, count, offset, r == 0);
   return r;
 }

@@ -13,7 +13,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "io.h"
 #include "split.h"
 
 struct writeback;               /* one export's staged pages */
@@ -24,7 +23,7 @@ struct wb_page;
  */
 extern void writeback_thread_model (int model);
 
-/* One export's staging, kept by its export (export.c finds it by
+/* One export's staging, kept by its export (reshape.c finds it by
  * name); NULL with errno on failure.  Dropped when no connection uses
  * it (its last close left nothing staged).
  */
