@@ -9,7 +9,7 @@
 #
 #   0  common tunables: arithmetic, scoped locks, the   } pure: no
 #      clock; the numbers                                } nbdkit
-#   1  walk ranges files warn                            }
+#   1  walk ranges warn                                  }
 #   2  stats params
 #   3  pool helpers sockbuf auto
 #   4  split
@@ -22,7 +22,7 @@ requires nm --version
 
 layers="
 0 common tunables
-1 walk ranges files warn
+1 walk ranges warn
 2 stats params
 3 pool helpers sockbuf auto
 4 split

@@ -37,6 +37,19 @@ if phase == "names":                    # 50 names, each refused
         del h                           # its close retries for 5 s
     sys.exit(0)
 
+if phase == "flood":                    # 32 blocks, then every write refused
+    h = conn()
+    for i in range(32):
+        h.pwrite(b"F" * 4096, i * 65536)
+    open(refuse, "w").close()
+    try:
+        h.flush()
+        raise SystemExit("a flush hid a refused write-back")
+    except nbd.Error:
+        pass
+    h.shutdown()                        # retries for 5 s, then gives up
+    sys.exit(0)
+
 if phase == "bound":                    # staging is bounded, not the pool
     open(refuse, "w").close()
     h = conn()
@@ -115,6 +128,14 @@ run names
   grep -q "100 acknowledged bytes of export 'name7\\\\x0aFAKE line' lost" "$tmp/log" &&
   ! grep -q '^FAKE' "$tmp/log" ||
   fail "names: not one error line per name: $(grep lost "$tmp/log" | head -3)"
+# A plugin that refuses everything: the close's 5 s of retries say so
+# once, and what was lost once (the error filter's own lines aside).
+run flood
+lines=$(grep -c 'reshape' "$tmp/log" || :)
+echo "flood: $lines lines of the filter's"
+[ "$lines" -le 10 ] && [ "$(grep -c 'lost at its last close' "$tmp/log")" -eq 1 ] &&
+  grep -q "131072 acknowledged bytes of export '' lost" "$tmp/log" ||
+  fail "flood: $(grep reshape "$tmp/log" | sort | uniq -c | sort -rn | head -5)"
 # A huge pool: what is staged and refused stays within 64M.
 run bound reshape-pool=1T reshape-size=8M
 grep -q "32768 acknowledged bytes of export '' lost" "$tmp/log" ||

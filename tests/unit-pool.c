@@ -25,6 +25,7 @@
 
 #include "common.h"
 #include "pool.h"
+#include "tunables.h"
 
 #define THREADS 16
 #define ROUNDS 3000

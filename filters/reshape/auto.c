@@ -2,38 +2,15 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * reshape-size=auto (see auto.h).  It has no phase of its own and
- * never asks for a read: nothing at the handshake, nothing for a
- * client that reads nothing or reads alone.
- *
- * The table: every plugin call is timed into its size class, in
- * buckets by age (AGE calls of the export each).  A class tells what
- * its calls of the last two ages cost, its mean and its fastest call
- * of PLUGIN_SLOW_NS or more (faster ones come from a cache below);
- * older calls are forgotten, so a plugin that turns slow or fast is
- * followed.  What a rule rests on and no call times any more (a read
- * size that grains now serve) is timed again by one probe an age.
- *
- * The grain, for a stream of small reads that misses the cache: a
- * read of a size not timed lately goes as it is (one-shot commands
- * read only what they ask for).  Reads whose mean is under
- * PLUGIN_SLOW_NS (a share answered from a cache does not make the
- * plugin fast): nothing is fetched or cut.  Slower: the stream is
- * served from aligned grains of GUESS_PREFERRED (a grain larger than
- * the plugin's best costs at most its transfer) until GUESS_CALLS are
- * timed; then the line through the read's cost and the large size
- * cheapest per byte beyond it (their fastest calls, or their means
- * where the reads queue) gives the cost per call and per byte,
- * and the grain: GUESS_PREFERRED where it costs less than KNEE reads
- * (clusters decoded whole, or latency that dwarfs the transfer), else
- * the power of 2 nearest what moves in twice a read's time; at most
- * what the plugin, the pool and the export take.
- *
- * The cut: where the line through the recent calls of a direction
- * says pieces on the lanes left free beat one call by CUT_GAIN, unless
- * those calls queue at the plugin.  Without such a line (one size
- * timed), one request an age times the size next to the one in use
- * (first whole, then halves), so that there is one.
+ * reshape-size=auto (see auto.h and docs/design.md).  It never asks
+ * for a read: nothing at the handshake, nothing for a client that
+ * reads nothing or reads alone.  Every plugin call is timed into its
+ * size class, in buckets by age (AGE calls each), and what is older
+ * than two ages is forgotten, so that a plugin that turns slow or fast
+ * is followed; what a rule rests on and no call times any more is
+ * timed again by one probe an age.  From the table come the grain a
+ * stream's small reads are served from (update, auto_grain) and where
+ * a request is cut (auto_cut).
  */
 
 #include <config.h>
@@ -349,19 +326,77 @@ queued (const struct auto_core *a, uint64_t count)
   return b.n < GUESS_CALLS || b.sum_ns > KNEE * b.min_ns * b.n;
 }
 
+/* Why a client's request is cut as it is (said when it changes). */
+enum cut_why {
+  WHY_NONE, WHY_FAST, WHY_SHARED, WHY_OFF, WHY_OWN, WHY_PROBE, WHY_ONE,
+  WHY_SMALL, WHY_QUEUED, WHY_MODEL,
+};
+
+static uint64_t
+cut_pick (struct auto_core *a, enum auto_dir d, uint64_t count,
+          uint32_t max, unsigned lanes, bool own, enum cut_why *why,
+          struct auto_model *m, double *gain)
+{
+  const uint64_t whole = MIN (count, max);
+  const uint64_t now = age (a) + 1;
+  uint64_t cut;
+
+  *why = a->state == AUTO_FAST ? WHY_FAST : lanes <= 1 ? WHY_SHARED :
+    a->off & ABLATE_CUTS ? WHY_OFF : WHY_OWN;
+  if (*why != WHY_OWN)
+    return whole;
+  if (d == AUTO_READ && a->state == AUTO_KNOWN)
+    *m = a->line;
+  else if (own)
+    /* A run's client waits for all of it: 2M pieces at once, none
+     * splitting a cluster (a qcow2's are at most 2M).
+     */
+    return count > 2 * GUESS_PREFERRED ? MIN (GUESS_PREFERRED, max) : whole;
+  else if (!fit (a, d, m)) {
+    /* One size timed lately: as last decided, but for one request an
+     * age that times the size next to it (first whole, then halves).
+     */
+    const uint64_t last = a->step[d] && a->step[d] < whole ?
+      a->step[d] : whole;
+    *why = WHY_ONE;
+    if (count < 2 * PIECE_MIN || a->probed[d] == now ||
+        (a->step[d] == 0 &&
+         recent (a, &a->table[d][size_class (whole)]).n == 0))
+      return last;
+    a->probed[d] = now;
+    *why = WHY_PROBE;
+    return last < whole ? MIN (2 * last, whole) : pow2_floor (count / 2);
+  }
+  *why = count < 2 * m->grain ? WHY_SMALL :
+    !own && d == AUTO_READ && queued (a, whole) ? WHY_QUEUED : WHY_MODEL;
+  if (*why != WHY_MODEL)
+    return whole;
+  cut = best_cut (lanes, m, count, max, gain);
+  a->step[d] = *gain >= CUT_GAIN ? cut : whole;
+  return a->step[d];
+}
+
 uint64_t
 auto_cut (struct auto_core *a, enum auto_dir d, uint64_t count,
           uint32_t max, unsigned parallel, unsigned inflight, bool own)
 {
-  const uint64_t whole = MIN (count, max);
+  static const char *const words[] = {
+    [WHY_FAST] = "calls take under 50 us",
+    [WHY_SHARED] = "the requests in flight take all the plugin's lanes",
+    [WHY_OFF] = "-D reshape.ablate",
+    [WHY_ONE] = "one size timed lately",
+    [WHY_SMALL] = "under two of the model's pieces",
+    [WHY_QUEUED] = "its calls queue at the plugin",
+  };
   const uint64_t now = age (a) + 1;
-  struct auto_model m;
+  struct auto_model m = { 0 };
+  enum cut_why why;
+  double gain = 0;
+  uint64_t step, key;
   unsigned lanes;
-  double gain;
-  uint64_t cut;
 
-  /* The plugin's parallelism shared by the requests in flight, as
-   * many as were lately (a client that keeps eight in flight gives the
+  /* The plugin's parallelism shared by the requests in flight, as many
+   * as were lately (a client that keeps eight in flight gives the
    * plugin eight streams already, even while it has fewer, and a
    * request cut wider than its share only slows the others).
    */
@@ -370,34 +405,27 @@ auto_cut (struct auto_core *a, enum auto_dir d, uint64_t count,
     a->depth_age = now;
   }
   lanes = MAX (parallel / MAX (a->depth, 1), 1);
-  if (a->state == AUTO_FAST || lanes <= 1 || a->off & ABLATE_CUTS)
-    return whole;
-  if (d == AUTO_READ && a->state == AUTO_KNOWN)
-    m = a->line;
-  else if (own)
-    /* A run's client waits for all of it: 2M pieces at once, none
-     * splitting a cluster (a qcow2's are at most 2M).
-     */
-    return count > 2 * GUESS_PREFERRED ? MIN (GUESS_PREFERRED, max) : whole;
-  else if (!fit (a, d, &m)) {
-    /* One size timed lately: as last decided, but for one request an
-     * age that times the size next to it (first whole, then halves).
-     */
-    const uint64_t last = a->step[d] && a->step[d] < whole ?
-      a->step[d] : whole;
-    if (count < 2 * PIECE_MIN || a->probed[d] == now ||
-        (a->step[d] == 0 &&
-         recent (a, &a->table[d][size_class (whole)]).n == 0))
-      return last;
-    a->probed[d] = now;
-    return last < whole ? MIN (2 * last, whole) : pow2_floor (count / 2);
-  }
-  if (count < 2 * m.grain ||
-      (!own && d == AUTO_READ && queued (a, whole)))
-    return whole;
-  cut = best_cut (lanes, &m, count, max, &gain);
-  a->step[d] = gain >= CUT_GAIN ? cut : whole;
-  return a->step[d];
+  step = cut_pick (a, d, count, max, lanes, own, &why, &m, &gain);
+  key = step < MIN (count, max) ? step : 0;
+  if (own || why == WHY_PROBE ||
+      (why == a->said_why[d] && key == a->said_step[d]))
+    return step;
+  a->said_why[d] = why;
+  a->said_step[d] = key;
+  a->said[d]++;
+  if (why != WHY_MODEL)
+    snprintf (a->cut_why[d], sizeof a->cut_why[d], "%s of %" PRIu64 "K "
+              "whole: %s", d == AUTO_READ ? "reads" : "writes",
+              count / 1024, words[why]);
+  else
+    snprintf (a->cut_why[d], sizeof a->cut_why[d], "%s of %" PRIu64 "K "
+              "%s %" PRIu64 "K: pieces on %u lanes %.2fx as fast; calls "
+              "cost %.2f ms + %.0f MB/s", d == AUTO_READ ? "reads" : "writes",
+              count / 1024, key ? "cut at" : "whole, not cut at",
+              (key ? key : best_cut (lanes, &m, count, max, &gain)) / 1024,
+              lanes, gain, m.lat_ns / 1e6,
+              m.ns_per_byte > 0 ? 1e3 / m.ns_per_byte : 0.0);
+  return step;
 }
 
 /* --- The glue. --- */
@@ -545,13 +573,19 @@ uint64_t
 auto_cut_begin (struct auto_export *e, enum auto_dir d, uint64_t count,
                 uint32_t max, unsigned parallel, bool own)
 {
-  unsigned n;
+  uint64_t step;
+  unsigned n, said;
 
   if (count < 2 * PIECE_MIN)
     return count;
   n = __atomic_add_fetch (&e->inflight, 1, __ATOMIC_RELAXED);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&e->lock);
-  return auto_cut (&e->core, d, count, max, parallel, n, own);
+  said = e->core.said[d];
+  step = auto_cut (&e->core, d, count, max, parallel, n, own);
+  if (reshape_debug_auto && e->core.said[d] != said)
+    nbdkit_debug ("reshape: auto: export %s: %s", e->shown,
+                  e->core.cut_why[d]);
+  return step;
 }
 
 void
@@ -566,112 +600,78 @@ static const char *const state_names[] = {
   [AUTO_KNOWN] = "known",
 };
 
+/* One export's part of the report, under its lock. */
 static void
-summary_one (struct auto_export *e, void *fpv)
+report_one (struct auto_export *e, void *opaque)
 {
-  FILE *fp = fpv;
-  char b1[32];
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&e->lock);
-
-  fputs ("size: auto, export ", fp);
-  stats_text_name (fp, e->name);
-  fprintf (fp, ": %s", state_names[e->core.state]);
-  if (e->core.grain)
-    fprintf (fp, ", grain %s", stats_human (e->core.grain, b1, sizeof b1));
-  fputc ('\n', fp);
-}
-
-static void
-tables_one (struct auto_export *e, void *fpv)
-{
-  FILE *fp = fpv;
-  static const char *const dirs[AUTO_DIRS] = { "reads", "writes" };
+  static const char *const dirs[AUTO_DIRS] = { "read", "write" };
+  struct auto_report *o = opaque;
+  const struct auto_core *a = &e->core;
+  FILE *fp = o->fp;
   char b1[32], b2[32];
   unsigned d, c;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&e->lock);
 
-  fputs ("\nreshape-size=auto, export ", fp);
-  stats_text_name (fp, e->name);
-  if (e->core.state == AUTO_GUESS)
-    fprintf (fp, ": reads are slow; %s grains until a few are timed\n",
-             stats_human (GUESS_PREFERRED, b1, sizeof b1));
-  else
-    fprintf (fp, ": %s\n", e->core.state == AUTO_NONE ?
-             "no client read a stream of small reads" : e->core.why);
-  fprintf (fp, "  %-8s %8s %10s %10s %10s\n", "", "size", "calls",
-           "mean ms", "per s");
-  for (d = 0; d < AUTO_DIRS; d++)
-    for (c = 0; c < SIZE_CLASSES; c++) {
-      const struct auto_class *k = &e->core.table[d][c];
-      if (k->calls == 0)
-        continue;
-      fprintf (fp, "  %-8s %8s %10" PRIu64 " %10.3f %8s/s\n", dirs[d],
-               stats_human (size_class_bytes (c), b1, sizeof b1), k->calls,
-               (double) k->ns / k->calls / 1e6,
-               stats_human (k->ns ? (uint64_t) (k->bytes * 1e9 / k->ns) : 0,
-                            b2, sizeof b2));
-    }
-}
-
-struct json_out {
-  FILE *fp;
-  unsigned n;                           /* exports written */
-};
-
-static void
-json_one (struct auto_export *e, void *opaque)
-{
-  struct json_out *o = opaque;
-  FILE *fp = o->fp;
-  static const char *const dirs[AUTO_DIRS] = { "read", "write" };
-  const struct auto_core *a = &e->core;
-  const char *sep = "";
-  unsigned d, c;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&e->lock);
-
-  fprintf (fp, "%s\n    {\"name\": ", o->n++ ? "," : "");
-  if (!stats_json_string (fp, e->name)) {
-    fputs (", \"name_hex\": ", fp);     /* the name is not UTF-8 */
-    stats_json_hex (fp, e->name);
+  if (o->part == STATS_JSON) {
+    fprintf (fp, "%s\n    {\"name\": ", o->n++ ? "," : "");
+    stats_json_string (fp, e->name);
+    fprintf (fp, ", \"state\": \"%s\", \"why\": ", state_names[a->state]);
+    stats_json_string (fp, a->state == AUTO_FAST || a->state == AUTO_KNOWN ?
+                       a->why : "");
+    fprintf (fp, ",\n     \"grain\": %" PRIu32 ", \"trying\": %" PRIu32
+             ",\n     \"calls\": [", a->grain,
+             a->state == AUTO_GUESS ? GUESS_PREFERRED : 0);
   }
-  fprintf (fp, ", \"state\": \"%s\", \"why\": ", state_names[a->state]);
-  stats_json_string (fp, a->state == AUTO_FAST || a->state == AUTO_KNOWN ?
-                     a->why : "");
-  fprintf (fp, ",\n     \"grain\": %" PRIu32 ", \"trying\": %" PRIu32
-           ",\n     \"calls\": [", a->grain,
-           a->state == AUTO_GUESS ? GUESS_PREFERRED : 0);
+  else {
+    fputs (o->part == STATS_SUMMARY ? "size: auto, export " :
+           "\nreshape-size=auto, export ", fp);
+    stats_text_name (fp, e->name);
+  }
+  if (o->part == STATS_SUMMARY) {
+    fprintf (fp, ": %s", state_names[a->state]);
+    if (a->grain)
+      fprintf (fp, ", grain %s", stats_human (a->grain, b1, sizeof b1));
+    fputc ('\n', fp);
+    return;
+  }
+  if (o->part == STATS_TABLES)
+    fprintf (fp, ": %s\n  %-8s %8s %10s %10s %10s\n",
+             a->state == AUTO_GUESS ? "reads are slow; 2M grains until a "
+             "few are timed" : a->state == AUTO_NONE ?
+             "no client read a stream of small reads" : a->why,
+             "", "size", "calls", "mean ms", "per s");
   for (d = 0; d < AUTO_DIRS; d++)
     for (c = 0; c < SIZE_CLASSES; c++) {
       const struct auto_class *k = &a->table[d][c];
       if (k->calls == 0)
         continue;
-      fprintf (fp, "%s\n       {\"dir\": \"%s\", \"size\": %" PRIu64
-               ", \"calls\": %" PRIu64 ", \"bytes\": %" PRIu64
-               ", \"ns\": %" PRIu64 "}", sep, dirs[d], size_class_bytes (c),
-               k->calls, k->bytes, k->ns);
-      sep = ",";
+      if (o->part == STATS_JSON)
+        fprintf (fp, "%s\n       {\"dir\": \"%s\", \"size\": %" PRIu64
+                 ", \"calls\": %" PRIu64 ", \"bytes\": %" PRIu64
+                 ", \"ns\": %" PRIu64 "}", o->sep, dirs[d],
+                 size_class_bytes (c), k->calls, k->bytes, k->ns);
+      else
+        fprintf (fp, "  %-8s %8s %10" PRIu64 " %10.3f %8s/s\n",
+                 d ? "writes" : "reads",
+                 stats_human (size_class_bytes (c), b1, sizeof b1), k->calls,
+                 (double) k->ns / k->calls / 1e6,
+                 stats_human (k->ns ? (uint64_t) (k->bytes * 1e9 / k->ns) : 0,
+                              b2, sizeof b2));
+      o->sep = ",";
     }
-  fputs ("]}", fp);
+  if (o->part == STATS_JSON)
+    fputs ("]}", fp);
+  o->sep = "";
 }
 
 void
-auto_summary (auto_walk *each, FILE *fp)
+auto_report (auto_walk *each, FILE *fp, enum stats_part part)
 {
-  each (summary_one, fp);
-}
+  struct auto_report o = { .fp = fp, .part = part, .sep = "" };
 
-void
-auto_tables (auto_walk *each, FILE *fp)
-{
-  each (tables_one, fp);
-}
-
-void
-auto_json (auto_walk *each, FILE *fp)
-{
-  struct json_out o = { .fp = fp };
-
-  fputc ('[', fp);
-  each (json_one, &o);
-  fprintf (fp, "%s]", o.n ? "\n  " : "");
+  if (part == STATS_JSON)
+    fputc ('[', fp);
+  each (report_one, &o);
+  if (part == STATS_JSON)
+    fprintf (fp, "%s]", o.n ? "\n  " : "");
 }

@@ -21,6 +21,7 @@
 #include <stdio.h>
 
 #include "common.h"
+#include "stats.h"
 #include "tunables.h"
 #include "walk.h"
 
@@ -100,7 +101,11 @@ struct auto_core {
   struct auto_class table[AUTO_DIRS][SIZE_CLASSES];
   struct auto_model line;               /* reads, in AUTO_KNOWN */
   uint32_t grain;                       /* 0: none known */
-  char why[200];
+  char why[200];                        /* of the grain */
+  unsigned said[AUTO_DIRS];             /* cut decisions said so far */
+  unsigned said_why[AUTO_DIRS];         /* ... the last: why, the step */
+  uint64_t said_step[AUTO_DIRS];        /* (0: whole) */
+  char cut_why[AUTO_DIRS][160];
 };
 
 /* Forget everything. */
@@ -129,7 +134,7 @@ extern uint64_t auto_cut (struct auto_core *a, enum auto_dir d,
 
 /* --- The glue: one export's core under a lock. --- */
 
-/* -D reshape.auto=1: every change of the grain. */
+/* -D reshape.auto=1: every change of the grain or of a cut. */
 extern int reshape_debug_auto;
 
 struct auto_export;
@@ -173,9 +178,15 @@ extern uint64_t auto_cut_begin (struct auto_export *e, enum auto_dir d,
                                 unsigned parallel, bool own);
 extern void auto_cut_end (struct auto_export *e, uint64_t count);
 
-/* The report's part: a line per export, the choices and tables, JSON. */
-extern void auto_summary (auto_walk *each, FILE *fp);
-extern void auto_tables (auto_walk *each, FILE *fp);
-extern void auto_json (auto_walk *each, FILE *fp);
+/* The report's part, over every export: a line each, the tables, or
+ * a JSON array.
+ */
+struct auto_report {
+  FILE *fp;
+  enum stats_part part;
+  unsigned n;                           /* exports written */
+  const char *sep;
+};
+extern void auto_report (auto_walk *each, FILE *fp, enum stats_part part);
 
 #endif /* NBDKIT_RESHAPE_AUTO_H */

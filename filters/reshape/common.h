@@ -2,11 +2,9 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * Small helpers every file may use: arithmetic on sizes, cleanup
- * attributes and scoped locks, the clock.  No nbdkit headers, so that
- * the unit tests can use it too.  (nbdkit's own common/ directory
- * holds similar helpers, but it is not installed for filters built
- * outside its tree.)
+ * Helpers every file may use, as nbdkit's own common/ has them (not
+ * installed for filters built outside its tree).  No nbdkit headers:
+ * the unit tests use it too.
  */
 
 #ifndef NBDKIT_RESHAPE_COMMON_H
@@ -23,12 +21,8 @@
 #define MiB (1024 * KiB)
 #define GiB (1024 * MiB)
 
-/* MIN, MAX, ROUND_DOWN and ROUND_UP on sizes, as nbdkit's own
- * common/include has them (macros, so that they cost a reader no
- * detour): each argument is evaluated once, then converted to
- * uint64_t (arithmetic inside an argument is done in its own type, as
- * for a function's argument).  Rounding
- * is to multiples of m (m > 0, any value, not only powers of 2).
+/* On sizes: each argument evaluated once, as a uint64_t; rounding to
+ * multiples of any m > 0.  Unique names (__COUNTER__) let them nest.
  */
 #define U64_NAME_(base, n) base##n
 #define U64_NAME(base, n) U64_NAME_ (base, n)
@@ -57,23 +51,17 @@ is_power_of_2 (uint64_t v)
 static inline uint64_t
 pow2_floor (uint64_t v)
 {
-  uint64_t p = 1;
-
   assert (v > 0);
-  while (p <= v / 2)
-    p *= 2;
-  return p;
+  return UINT64_C (1) << (63 - __builtin_clzll (v));
 }
 
 /* The power of 2 times lo nearest target, from lo up to hi. */
 static inline uint64_t
 pow2_nearest (uint64_t lo, double target, uint64_t hi)
 {
-  uint64_t p = lo;
-
-  while (p < hi && p * 1.41421356 < target)
-    p *= 2;
-  return p;
+  while (lo < hi && lo * 1.41421356 < target)
+    lo *= 2;
+  return lo;
 }
 
 static inline uint64_t
@@ -85,7 +73,7 @@ now_ns (void)
   return ts.tv_sec * UINT64_C (1000000000) + ts.tv_nsec;
 }
 
-/* CLEANUP_FREE char *p = malloc (...): freed when p goes out of scope. */
+/* CLEANUP_FREE char *p: freed when p goes out of scope. */
 static inline void
 free_cleanup (void *ptr)
 {
@@ -93,30 +81,20 @@ free_cleanup (void *ptr)
 }
 #define CLEANUP_FREE __attribute__ ((cleanup (free_cleanup)))
 
-/* ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&m): m is locked from here to the
- * end of the scope (the name nbdkit's own sources use for the same
- * thing).  Functions that drop and retake a lock inside one scope use
- * explicit pthread_mutex_lock/unlock instead, and say so.
- */
+/* m locked from here to the end of the scope (nbdkit's name). */
 static inline pthread_mutex_t *
 scoped_lock_take (pthread_mutex_t *m)
 {
-  int r = pthread_mutex_lock (m);
-
-  assert (r == 0);
+  pthread_mutex_lock (m);
   return m;
 }
 static inline void
 scoped_lock_release (pthread_mutex_t **m)
 {
-  int r = pthread_mutex_unlock (*m);
-
-  assert (r == 0);
+  pthread_mutex_unlock (*m);
 }
-#define SCOPED_LOCK_NAME_(line) scoped_lock_##line
-#define SCOPED_LOCK_NAME(line) SCOPED_LOCK_NAME_ (line)
 #define ACQUIRE_LOCK_FOR_CURRENT_SCOPE(m)                               \
-  pthread_mutex_t *SCOPED_LOCK_NAME (__LINE__)                          \
+  pthread_mutex_t *U64_NAME (scoped_lock_, __LINE__)                    \
   __attribute__ ((cleanup (scoped_lock_release), unused)) =             \
     scoped_lock_take (m)
 

@@ -2,8 +2,7 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * Helper threads, so that the pieces of one request can run at the
- * same time.
+ * Helper threads, so that the pieces of one request run at once.
  */
 
 #ifndef NBDKIT_RESHAPE_HELPERS_H
@@ -15,9 +14,9 @@ extern int helpers_start (unsigned n);
 extern void helpers_stop (void);
 
 /* Run fn (opaque) in this thread, and in up to helpers helper threads
- * as they come free; returns when every run has returned.  fn must
- * take its work from opaque until none is left, so that it does not
- * matter how many threads join.
+ * as they come free; returns when every run has returned.  fn takes
+ * its work from opaque until none is left, so that it does not matter
+ * how many threads join.
  */
 extern void helpers_share (void (*fn) (void *), void *opaque,
                            unsigned helpers);

@@ -3,8 +3,7 @@
  * SPDX-License-Identifier: BSD-3-Clause
  *
  * Parameters, parsed and checked, and the geometry each connection
- * settles from them and from what its plugin advertises.  Calls no
- * other part of the filter.
+ * settles from them and from what its plugin advertises.
  */
 
 #ifndef NBDKIT_RESHAPE_PARAMS_H
@@ -18,54 +17,48 @@
 #include "tunables.h"
 #include "walk.h"
 
-/* Parameters as given on the command line.  Written only while nbdkit
- * configures the filter (and parallel_ok at get_ready), read-only
- * once clients connect.
+/* As given on the command line: written while nbdkit configures the
+ * filter (parallel_ok at get_ready), read-only once clients connect.
  */
 struct params {
-  uint32_t size;            /* reshape-size, 0 = auto */
-  uint32_t min;             /* reshape-min, 0 = the plugin's minimum */
-  uint32_t maxdata;         /* reshape-maxdata (or -max), 0: the
-                               plugin's maximum */
+  uint32_t size;            /* reshape-size, 0: auto */
+  uint32_t min;             /* reshape-min, 0: the plugin's */
+  uint32_t maxdata;         /* reshape-maxdata (or -max), 0: the plugin's */
   uint32_t maxlen;          /* reshape-maxlen (or -max), 0: ditto */
-  bool sndbuf_set;          /* reshape-sndbuf given */
-  uint32_t sndbuf;          /* if given: the size, 0 = off */
-  uint64_t pool;            /* reshape-pool: buffer memory cap */
-  unsigned parallel;        /* reshape-parallel: fan-out per request */
-  uint32_t readahead;       /* reshape-readahead: largest fill, 0 = off */
+  bool sndbuf_set;          /* reshape-sndbuf given ... */
+  uint32_t sndbuf;          /* ... its size, 0: off */
+  uint64_t pool;            /* reshape-pool */
+  unsigned parallel;        /* reshape-parallel */
+  uint32_t readahead;       /* reshape-readahead, 0: off */
   bool writeback;           /* reshape-writeback */
-  char *stats_file;         /* reshape-stats, absolute path or NULL */
-  bool parallel_ok;         /* the stack's thread model is parallel
-                               (known at get_ready) */
+  char *stats_file;         /* reshape-stats, an absolute path, or NULL */
+  bool parallel_ok;         /* the stack's thread model is parallel */
 };
 extern struct params reshape_cfg;
 
-/* Returns 1 if the key was ours, 0 if not (the plugin's), -1 on error. */
+/* 1 if the key was ours, 0 if not, -1 on error. */
 extern int params_key (const char *key, const char *value);
-/* Checks the parameters together; -1 on error. */
-/* A parameter of another layer: a file it names is remembered, so
- * that reshape-stats does not replace it.
+/* Another layer's parameter: a file it names is remembered, so that
+ * reshape-stats does not replace it.
  */
 extern void params_other (const char *key, const char *value);
+/* The parameters checked together; -1 on error. */
 extern int params_complete (void);
 extern void params_set_thread_model (int thread_model);
 extern void params_free (void);
 
 /* A connection's geometry, in two steps.  params_limits settles the
- * export size, min and max from the parameters and what the plugin
- * advertises (its preferred size in *ppref); -1 with the error
- * reported if they leave no valid request size.  params_sizes then
- * settles the request size and the preferred size told to clients,
- * from reshape-size or the plugin.
+ * export size, min and the caps from the parameters and what the
+ * plugin advertises (its preferred size in *ppref); -1 with the error
+ * reported if no request fits.  params_sizes then settles the size cut
+ * at and the size told.
  */
 extern int params_limits (nbdkit_next *next, struct geometry *geo,
                           uint32_t *ppref);
 extern void params_sizes (struct geometry *geo, uint32_t ppref,
                           uint32_t *preferred);
 
-/* The filter's --help: descriptions in one column, every default
- * given (params.c checks the numbers against tunables.h).
- */
+/* --help: every default given (params.c checks them). */
 #if DEFAULT_SNDBUF
 #define PARAMS_HELP_SNDBUF "(default: 2M)"
 #else

@@ -2,48 +2,33 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * The buffer pool.  Every buffer the filter needs comes from here:
- * page-aligned, sized in powers of 2, kept on free lists when returned
- * so the next request reuses warm memory instead of calling malloc.
- * The total the pool holds (idle and in use) never exceeds the cap,
- * reshape-pool, and this file alone shares it out:
+ * Buffers are page-aligned powers of 2, kept on free lists when
+ * returned, so that the next request reuses warm memory instead of
+ * calling malloc.  What the pool holds, idle or in use, never exceeds
+ * reshape-pool, shared out here alone:
  *
- *   reserve    BLOCK_MIN_MAX (64K), for bounce buffers only;
- *   staging    a quarter of the rest, at most STAGING_MAX (64M), for
- *              write-back pages: what is acknowledged but not yet in
- *              the plugin stays bounded whatever reshape-pool says;
- *   requests   the other three quarters, for readahead windows being
- *   and cache  and grains being filled, of which the cache may keep
- *              up to two thirds; the cache gives memory back (the
- *              reclaim callback) when requests need it.
+ *   reserve    BLOCK_MIN_MAX, for bounce buffers only;
+ *   staging    1/STAGING_SHARE of the rest, at most STAGING_MAX, so
+ *              that what is acknowledged but not in the plugin stays
+ *              bounded;
+ *   requests   the rest, for fills, of which the cache may keep
+ *              CACHE_SHARE_NUM/DEN; the cache gives memory back (the
+ *              reclaim callback) when fills need it.
  *
- * No single buffer other than a bounce buffer is larger than a quarter
- * of the rest (rounded down to a power of 2): pool_largest tells
- * callers, who size their windows and pages by it.
+ * No buffer but a bounce buffer is larger than a quarter of the rest.
  *
- * Why no parameter values can deadlock.  Buffers are held while
- * asking for others: a readahead window or a grain, or a
- * staged page being written back, needs a bounce buffer when a piece
- * of it is a partial block.  So:
- *
- *   1. Only POOL_BOUNCE waits.  Every other use takes memory that is
- *      there at once, or goes without: a read is sent directly instead
- *      of read ahead, a write goes through
- *      instead of being staged.
- *   2. A thread holding a bounce buffer asks for nothing else: it
- *      reads, patches and writes one block, and returns the buffer.
- *   3. The other uses together stay within cap - reserve, so at least
- *      the reserve is left to bounce buffers, and no bounce buffer is
- *      larger than the reserve.
- *
- * A bounce request therefore waits only for other bounce buffers,
- * whose holders wait for nothing but the plugin: every wait ends.
+ * Why no parameter value can deadlock: only bounce buffers wait; every
+ * other use takes memory that is there or goes without (a read goes
+ * direct, a write through).  A thread holding a bounce buffer asks
+ * for nothing else, and the other uses stay within the cap less the
+ * reserve, which is no smaller than a bounce buffer.  So a bounce
+ * buffer waits only for others, whose holders wait only for the
+ * plugin.
  */
 
 #include <config.h>
 
 #include <errno.h>
-#include <inttypes.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -56,9 +41,7 @@
 #include "stats.h"
 #include "tunables.h"
 
-NBDKIT_DLL_PUBLIC int reshape_debug_pool;
-
-/* Buffer sizes: powers of 2 from 4K (one page) to 2G. */
+/* Buffer sizes: powers of 2 from 4K to 2G. */
 enum { MIN_SHIFT = 12, NCLASSES = 20, HUGE_PAGE = 2 * 1024 * 1024 };
 
 struct free_buf {
@@ -66,38 +49,41 @@ struct free_buf {
 };
 
 static struct {
-  pthread_mutex_t lock;
+  pthread_mutex_t lock;             /* all below */
   pthread_cond_t returned;
   struct free_buf *free_list[NCLASSES];
-  uint64_t cap;                     /* reshape-pool */
-  uint64_t share[POOL_USES];        /* budget of each use */
-  uint32_t largest;                 /* largest single non-bounce buffer */
-  uint32_t largest_staging;         /* the same, for a staging page */
-  uint64_t total;                   /* bytes allocated, idle or not */
-  uint64_t idle;                    /* bytes on the free lists */
-  uint64_t used[POOL_USES];         /* bytes in use, by use */
+  uint64_t cap;
+  uint64_t share[POOL_USES];
+  uint32_t largest[POOL_USES];
+  uint64_t total;                   /* allocated, idle or not */
+  uint64_t idle;                    /* on the free lists */
+  uint64_t used[POOL_USES];
   uint64_t (*reclaim) (uint64_t want);
 } pool = {
-  .lock = PTHREAD_MUTEX_INITIALIZER,
-  .returned = PTHREAD_COND_INITIALIZER,
+  .lock = PTHREAD_MUTEX_INITIALIZER, .returned = PTHREAD_COND_INITIALIZER,
 };
 
 void
 pool_init (uint64_t cap)
 {
   const uint64_t rest = cap > BLOCK_MIN_MAX ? cap - BLOCK_MIN_MAX : 0;
+  const uint64_t quarter = rest / STAGING_SHARE;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&pool.lock);
 
   pool.cap = cap;
   pool.share[POOL_BOUNCE] = cap;
-  pool.share[POOL_STAGING] = MIN (rest / STAGING_SHARE, STAGING_MAX);
-  pool.share[POOL_REQUEST] = rest - pool.share[POOL_STAGING]; /* + cache */
+  pool.share[POOL_STAGING] = MIN (quarter, STAGING_MAX);
+  pool.share[POOL_REQUEST] = rest - pool.share[POOL_STAGING];
   pool.share[POOL_CACHE] =
     pool.share[POOL_REQUEST] * CACHE_SHARE_NUM / CACHE_SHARE_DEN;
-  pool.largest = rest / STAGING_SHARE >= (1 << MIN_SHIFT) ?
-    MIN (pow2_floor (rest / STAGING_SHARE), UINT32_MAX / 2 + 1) : 0;
-  pool.largest_staging = pool.share[POOL_STAGING] >= (1 << MIN_SHIFT) ?
-    MIN (pow2_floor (pool.share[POOL_STAGING]), pool.largest) : 0;
+  pool.largest[POOL_BOUNCE] = BLOCK_MIN_MAX;
+  pool.largest[POOL_REQUEST] = pool.largest[POOL_CACHE] =
+    quarter >= 1 << MIN_SHIFT ? MIN (pow2_floor (quarter), UINT32_MAX / 2 + 1)
+                              : 0;
+  pool.largest[POOL_STAGING] =
+    pool.share[POOL_STAGING] >= 1 << MIN_SHIFT ?
+    MIN (pow2_floor (pool.share[POOL_STAGING]), pool.largest[POOL_REQUEST])
+    : 0;
 }
 
 void
@@ -110,15 +96,11 @@ pool_set_reclaim (uint64_t (*reclaim) (uint64_t want))
 uint32_t
 pool_largest (enum pool_use use)
 {
-  switch (use) {
-  case POOL_BOUNCE: return BLOCK_MIN_MAX;
-  case POOL_STAGING: return pool.largest_staging;
-  default: return pool.largest;
-  }
+  return pool.largest[use];
 }
 
 static unsigned
-alloc_class (uint32_t len)
+class_of (uint32_t len)
 {
   unsigned c = 0;
 
@@ -129,33 +111,13 @@ alloc_class (uint32_t len)
 }
 
 static uint64_t
-alloc_bytes (unsigned c)
+class_bytes (unsigned c)
 {
   return (uint64_t) 1 << (c + MIN_SHIFT);
 }
 
-static uint64_t
-in_use (void)
-{
-  return pool.total - pool.idle;
-}
-
-/* Does want more bytes of use fit its share?  Requests and the cache
- * share one budget.  Lock held.
- */
-static bool
-share_has_room (enum pool_use use, uint64_t want)
-{
-  uint64_t used = pool.used[use];
-
-  if (use == POOL_REQUEST)
-    used += pool.used[POOL_CACHE];
-  return used + want <= pool.share[use];
-}
-
-/* Give one idle buffer back to the system to make room.  The largest
- * goes first: it frees most room for the fewest lost buffers.
- * Lock held.  Returns false if nothing was idle.
+/* Give the largest idle buffer back to the system: it frees most room
+ * for the fewest lost buffers.  False if none is idle.
  */
 static bool
 release_one_idle (void)
@@ -166,8 +128,8 @@ release_one_idle (void)
     struct free_buf *b = pool.free_list[c];
     if (b) {
       pool.free_list[c] = b->next;
-      pool.idle -= alloc_bytes (c);
-      pool.total -= alloc_bytes (c);
+      pool.idle -= class_bytes (c);
+      pool.total -= class_bytes (c);
       free (b);
       return true;
     }
@@ -175,16 +137,47 @@ release_one_idle (void)
   return false;
 }
 
-/* Allocate outside the lock; room was reserved in pool.total already.
- * Buffers of 2M and up (readahead windows, big staging pages) are
- * aligned to and advised into huge pages where the kernel allows: a
- * fresh 8M window otherwise faults in 2048 pages, which in a VM cost
+/* A buffer of class c for use if its share and the cap allow it now:
+ * an idle one, or NULL with *alloc set (room reserved: allocate it
+ * outside the lock), or NULL.  Requests and the cache share a share.
+ */
+static void *
+take (enum pool_use use, unsigned c, bool *alloc)
+{
+  const uint64_t want = class_bytes (c);
+  const uint64_t used = pool.used[use] +
+    (use == POOL_REQUEST ? pool.used[POOL_CACHE] : 0);
+  struct free_buf *b = pool.free_list[c];
+
+  *alloc = false;
+  if (used + want > pool.share[use])
+    return NULL;
+  pool.used[use] += want;
+  if (b) {
+    pool.free_list[c] = b->next;
+    pool.idle -= want;
+    stats_add (C_POOL_REUSES, 1);
+    return b;
+  }
+  while (pool.total + want > pool.cap)
+    if (!release_one_idle ()) {
+      pool.used[use] -= want;
+      return NULL;
+    }
+  pool.total += want;
+  stats_max (C_POOL_HIGH, pool.total);
+  *alloc = true;
+  return NULL;
+}
+
+/* Buffers of 2M and up are aligned to and advised into huge pages: a
+ * fresh 8M fill otherwise faults in 2048 pages, which in a VM cost
  * more than the plugin's reads (docs/design.md, The pool).
  */
 static void *
 allocate (enum pool_use use, unsigned c)
 {
-  const size_t len = alloc_bytes (c);
+  const size_t len = class_bytes (c);
   const size_t align = len >= HUGE_PAGE ? HUGE_PAGE : 4096;
   void *p = NULL;
   int r = posix_memalign (&p, align, len);
@@ -205,43 +198,12 @@ allocate (enum pool_use use, unsigned c)
   return p;
 }
 
-/* Take a buffer of class c for use if the cap and the use's share
- * allow it now.  Lock held.  Returns the buffer, or NULL with *alloc
- * set when one must be allocated (room is reserved), or NULL with
- * *alloc false when there is no room.
- */
-static void *
-take (enum pool_use use, unsigned c, bool *alloc)
-{
-  const uint64_t want = alloc_bytes (c);
-  struct free_buf *b;
-
-  *alloc = false;
-  if (!share_has_room (use, want))
-    return NULL;
-  b = pool.free_list[c];
-  if (b) {
-    pool.free_list[c] = b->next;
-    pool.idle -= want;
-    pool.used[use] += want;
-    stats_add (C_POOL_REUSES, 1);
-    return b;
-  }
-  while (pool.total + want > pool.cap)
-    if (!release_one_idle ())
-      return NULL;
-  pool.total += want;
-  pool.used[use] += want;
-  stats_max (C_POOL_HIGH, pool.total);
-  *alloc = true;
-  return NULL;
-}
-
 void *
 pool_get (enum pool_use use, uint32_t len)
 {
-  const unsigned c = alloc_class (len);
+  const unsigned c = class_of (len);
   bool alloc, waited = false, reclaimed = false;
+  uint64_t (*reclaim) (uint64_t);
   void *b;
 
   assert (use != POOL_CACHE);
@@ -249,35 +211,24 @@ pool_get (enum pool_use use, uint32_t len)
     errno = ENOMEM;
     return NULL;
   }
-  pthread_mutex_lock (&pool.lock);    /* dropped to reclaim and wait */
-  for (;;) {
-    b = take (use, c, &alloc);
-    if (b || alloc)
-      break;
-    if (use == POOL_REQUEST && !reclaimed && pool.reclaim) {
-      /* The cache gives back what it keeps (through pool_put); once
-       * is enough: if that did not make room, nothing will soon.
+  pthread_mutex_lock (&pool.lock);      /* dropped to reclaim and wait */
+  while ((b = take (use, c, &alloc)) == NULL && !alloc) {
+    if (use == POOL_REQUEST && !reclaimed && (reclaim = pool.reclaim)) {
+      /* Once: if what the cache gave back did not make room, nothing
+       * will soon.
        */
-      uint64_t (*reclaim) (uint64_t) = pool.reclaim;
-      uint64_t freed;
-
       reclaimed = true;
       pthread_mutex_unlock (&pool.lock);
-      freed = reclaim (alloc_bytes (c));
+      const uint64_t freed = reclaim (class_bytes (c));
       pthread_mutex_lock (&pool.lock);
       if (freed > 0)
         continue;
     }
     if (use != POOL_BOUNCE)
       break;
-    if (!waited) {
+    if (!waited)
       stats_add (C_POOL_WAITS, 1);
-      if (reshape_debug_pool)
-        nbdkit_debug ("reshape: pool: bounce buffer waits for %" PRIu64
-                      " bytes (%" PRIu64 " of %" PRIu64 " in use)",
-                      alloc_bytes (c), in_use (), pool.cap);
-      waited = true;
-    }
+    waited = true;
     pthread_cond_wait (&pool.returned, &pool.lock);
   }
   pthread_mutex_unlock (&pool.lock);
@@ -291,29 +242,27 @@ pool_get (enum pool_use use, uint32_t len)
 void
 pool_put (enum pool_use use, void *buf, uint32_t len)
 {
-  const unsigned c = alloc_class (len);
   struct free_buf *b = buf;
+  unsigned c;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&pool.lock);
 
   if (buf == NULL)
     return;
-  assert (pool.used[use] >= alloc_bytes (c));
-  pool.used[use] -= alloc_bytes (c);
+  c = class_of (len);
+  assert (pool.used[use] >= class_bytes (c));
+  pool.used[use] -= class_bytes (c);
   b->next = pool.free_list[c];
   pool.free_list[c] = b;
-  pool.idle += alloc_bytes (c);
+  pool.idle += class_bytes (c);
   pthread_cond_broadcast (&pool.returned);
 }
 
 bool
 pool_keep (uint32_t len)
 {
-  const uint64_t bytes = alloc_bytes (alloc_class (len));
+  const uint64_t bytes = class_bytes (class_of (len));
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&pool.lock);
 
-  /* Requests and the cache share a budget: only the cache's own
-   * bound is new to the buffer.
-   */
   if (pool.used[POOL_CACHE] + bytes > pool.share[POOL_CACHE])
     return false;
   pool.used[POOL_REQUEST] -= bytes;
@@ -336,9 +285,8 @@ pool_usage (struct pool_usage *u)
   unsigned i;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&pool.lock);
 
-  u->cap = pool.cap;
-  u->total = pool.total;
-  u->idle = pool.idle;
+  *u = (struct pool_usage) { .cap = pool.cap, .total = pool.total,
+                             .idle = pool.idle };
   for (i = 0; i < POOL_USES; i++) {
     u->used[i] = pool.used[i];
     u->share[i] = pool.share[i];

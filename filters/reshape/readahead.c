@@ -2,40 +2,34 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * Read-ahead: streams, runs of grains, the read cache and its budget,
- * under one lock.
- *
  * A connection's reads make a stream while each starts within REORDER
  * reads of where the last one ended (a pipelining client's replies
  * come out of order).  A small read in the stream that misses the
- * cache is served from the aligned grain that holds it: auto's grain
- * (auto.c), a fixed reshape-size, or, for a client that waits for
- * each read over a plugin whose direct reads took PLUGIN_SLOW_NS or
- * more, the size told.  Grains come in runs: the stream's first miss
- * fetches a run as long as reshape-readahead, a miss that goes on from
- * the last run fetches twice as many grains as that one, and a read
- * served half way through the last run has the next fetched ahead
- * (for a client that keeps reads in flight, or over a plugin that
+ * cache is served from the aligned grain that holds it: auto's, a
+ * fixed reshape-size, or, for a client that waits for each read over
+ * a plugin whose direct reads took PLUGIN_SLOW_NS or more, the size
+ * told.  Grains come in runs as long as reshape-readahead, and a read
+ * served half way through the last run has the next fetched ahead (for
+ * a client that keeps reads in flight, or over a plugin that
  * serializes requests: nbdkit then shows one read at a time).
  *
  * The cache is one list of ranges, most recently used first: data
- * kept, and fills in progress (no buffer yet), each keyed by its
- * cache (an export's, or a connection's).  A read that a fill in
- * progress holds waits for it rather than read again.  Every write,
- * zero and trim drops what it overlaps before its reply and makes
- * overlapping fills stale (a stale fill is not kept).
+ * kept, and fills in progress, each keyed by its cache (an export's or
+ * a connection's).  A read of the stream that a fill in progress holds
+ * waits for it.  Every write drops what it overlaps before its reply
+ * and makes overlapping fills stale (not kept).
  *
  * The budget: bytes fills read that no client asked for, pending
  * while unread and wasted once dropped unread, stay within
  * 1/BUDGET_SHARE of what clients read plus BUDGET_BASE.  A fill is
  * charged for what neither its read nor the stream's reads in flight
- * after it (the read's span) ask for; a range remembers in
- * CACHE_CHUNKS chunks which bytes clients read, and refunds them.
+ * after it ask for; a range remembers which chunks clients read, and
+ * refunds them.
  *
- * One lock guards the list, the budget and every stream.  A read
- * takes it once: it notes the stream, looks the read up and plans a
- * fill in one step.  It is never held across plugin I/O; auto's and
- * the pool's locks are taken under it, never the other way round.
+ * One lock guards the list, the budget and every stream: a read takes
+ * it once to note its stream, look itself up and plan a fill.  It is
+ * never held across plugin I/O; auto's and the pool's locks are taken
+ * under it, never the other way round.
  */
 
 #include <config.h>
@@ -55,9 +49,7 @@
 #include "stats.h"
 #include "tunables.h"
 
-/* Fills failed in a row beyond which the back-off grows no more (one
- * fill tried in 256).
- */
+/* Fills failed in a row past which the back-off grows no more. */
 #define FAILED_MAX 8
 
 /* Data kept (buf), or a fill in progress (buf NULL). */
@@ -66,7 +58,6 @@ struct readahead_range {
   struct readahead_cache *cache;
   char *buf;
   bool stale;               /* filling: a write overlapped it */
-  bool run;                 /* filling: its stream's last run */
   uint64_t ask_lo, ask_hi;  /* filling: the read that made it */
   uint64_t unread;          /* bytes no client read yet */
   uint64_t charged;         /* of those, charged to the budget */
@@ -79,29 +70,23 @@ static struct {
   pthread_mutex_t lock;
   pthread_cond_t filled;            /* a fill ended */
   struct readahead_range *list;     /* most recently used first */
-  unsigned ranges;                  /* in the list, atomic: writes skip
-                                       the lock when there are none */
+  unsigned ranges;                  /* in the list (atomic) */
   uint64_t pending, wasted;         /* the budget */
 } ra = {
   .lock = PTHREAD_MUTEX_INITIALIZER, .filled = PTHREAD_COND_INITIALIZER,
 };
 
-/* What became of a fill. */
-enum fill_result {
-  FILL_KEPT,                /* read, and in the cache */
-  FILL_LOST,                /* read, not kept */
-  FILL_UNMADE,              /* no memory, or staged writes there */
-  FILL_FAILED,              /* the plugin failed it */
-};
+/* What became of a fill: read and kept, read, not made (no memory,
+ * staged writes there), failed.
+ */
+enum fill_result { FILL_KEPT, FILL_LOST, FILL_UNMADE, FILL_FAILED };
 
-/* What fill_begin did. */
-enum {
-  BEGUN = 1, HELD = 0,      /* a fill in progress holds the read */
-  NOTHING = -1,             /* nothing to fill beyond the read */
-  REFUSED = -2,             /* the budget or the back-off refuse it */
-};
+/* What fill_begin did: begun, nothing to fill beyond the read, refused
+ * (by the budget or the back-off).
+ */
+enum { BEGUN, NOTHING, REFUSED };
 
-/* --- The budget and the list (lock held). --- */
+/* --- The budget and the list, lock held. --- */
 
 static bool
 budget_charge (uint64_t n)
@@ -143,7 +128,7 @@ range_unlink (struct readahead_range **pp)
   return r;
 }
 
-/* Drop the data *pp: what no client read of it was read for nothing. */
+/* What no client read of it was read for nothing. */
 static void
 range_drop (struct readahead_range **pp)
 {
@@ -170,8 +155,8 @@ drop_oldest (uint64_t *freed)
   return true;
 }
 
-/* Drop c's data overlapping [lo, hi) (c NULL: every cache's), and
- * make its fills there stale.
+/* Drop c's data overlapping [lo, hi); c NULL: a write there, which
+ * every cache's data and fills (made stale) forget.
  */
 static void
 forget (const struct readahead_cache *c, uint64_t lo, uint64_t hi)
@@ -180,10 +165,10 @@ forget (const struct readahead_cache *c, uint64_t lo, uint64_t hi)
 
   while (*pp) {
     struct readahead_range *r = *pp;
-    if ((c && r->cache != c) || r->hi <= lo || hi <= r->lo)
+    if ((c && r->cache != c) || r->hi <= lo || hi <= r->lo || !r->buf) {
+      r->stale |= c == NULL && r->hi > lo && hi > r->lo;
       pp = &r->next;
-    else if (r->buf == NULL)
-      r->stale = true, pp = &r->next;
+    }
     else
       range_drop (pp);
   }
@@ -288,8 +273,6 @@ fill_begin (struct readahead_cache *c, uint64_t lo, uint64_t hi,
   const struct readahead_range *r;
   uint64_t ask_lo, ask_hi, asked;
 
-  if (read_lo < read_hi && fill_covers (c, read_lo, read_hi))
-    return HELD;
   for (r = ra.list; r; r = r->next) {           /* the gap around it */
     if (r->cache != c)
       continue;
@@ -326,8 +309,8 @@ fill_begin (struct readahead_cache *c, uint64_t lo, uint64_t hi,
   return BEGUN;
 }
 
-/* The pool's cache share takes len bytes, the oldest data making
- * room.
+/* The cache's share of the pool takes len bytes, the oldest data
+ * making room.
  */
 static bool
 make_room (uint32_t len)
@@ -386,9 +369,8 @@ fill_keep (struct readahead_range *f, char *buf, uint32_t len, bool ok)
   return false;
 }
 
-/* --- The stream (lock held, but where said). --- */
+/* --- The stream, lock held but where said. --- */
 
-/* What a read is to its stream. */
 struct seen {
   bool in_stream;           /* near where the stream was */
   bool streaming;           /* ... and STREAK reads before it were */
@@ -459,25 +441,15 @@ stream_timed (struct readahead_stream *s, uint64_t ns)
     ;
 }
 
-/* A fill of the stream's [lo, hi) ended so. */
+/* A fill of the stream's failed: it starts afresh, a waiting client's
+ * once timed again, or every read after would try the same failing
+ * fill first.
+ */
 static void
-stream_filled (struct readahead_stream *s, bool run, uint64_t lo, uint64_t hi,
-               enum fill_result result)
+stream_failed (struct readahead_stream *s)
 {
-  if (s == NULL || result == FILL_KEPT)
-    return;
-  if (result == FILL_FAILED) {
-    /* Start afresh, a waiting client's once timed again: else every
-     * read after would try the same failing fill first.
-     */
-    s->run_lo = s->run_hi = 0;
-    __atomic_store_n (&s->latency, UINT64_MAX, __ATOMIC_RELAXED);
-  }
-  else if (run && s->run_lo == lo && s->run_hi == hi)
-    /* Not kept: the next run is half as long, not twice, so that a
-     * cache too small is not sent ever larger runs to throw away.
-     */
-    s->run_lo = hi - (hi - lo) / 4;
+  s->run_lo = s->run_hi = 0;
+  __atomic_store_n (&s->latency, UINT64_MAX, __ATOMIC_RELAXED);
 }
 
 /* The largest fill: reshape-readahead, within what the pool lends one
@@ -501,7 +473,7 @@ stream_grain (const struct io *io, const struct seen *v, uint32_t count)
                             geo->exportsize);
   uint32_t grain = 0;
 
-  if (io->autoexp && v->streaming)
+  if (io->autoexp && (v->streaming || v->slow))
     grain = auto_stream_grain (io->autoexp, count, cap);
   if (grain == 0 && (io->autoexp ? v->slow : v->streaming || v->slow) &&
       geo->size > count && geo->size <= cap)
@@ -516,35 +488,9 @@ run_cap (const struct io *io, uint32_t grain)
   return MAX (ROUND_DOWN (fill_cap (io->geo), grain), grain);
 }
 
-/* The stream's next run after its last, recorded: twice as many
- * grains as the last, up to run_cap, reaching at least need, ending
- * no further than run_cap past the read at offset, in whole grains
- * (a run ending inside a grain would split it between two fetches,
- * each paying for all of it).  False if there is nothing to fetch.
- */
-static bool
-next_run (struct readahead_stream *s, const struct io *io, uint32_t grain,
-          uint64_t need, uint64_t offset)
-{
-  const uint64_t lo = s->run_hi, cap = run_cap (io, grain);
-  const uint64_t reach = ROUND_DOWN (offset, grain) + cap;
-  uint64_t len = MIN (MAX (ROUND_DOWN (2 * (s->run_hi - s->run_lo), grain),
-                           grain), cap);
-
-  if (lo + len > reach)
-    len = reach > lo ? ROUND_DOWN (reach - lo, grain) : 0;
-  if (need > lo)
-    len = MAX (len, need - lo);
-  if (len == 0 || lo >= io->geo->exportsize)
-    return false;
-  s->run_lo = lo;
-  s->run_hi = MIN (lo + len, io->geo->exportsize);
-  return true;
-}
-
-/* Plan the fill for a read that missed and begin it: the stream's
- * next run, a new run, or the read's grain alone (a read racing the
- * run that holds it, or whose grain the run did not keep).  A read
+/* Plan the fill for a read that missed and begin it: the read's grain
+ * alone where the last run holds it (a read racing that run, or whose
+ * grain it did not keep), else a run, on from the last or new.  A read
  * across two grains goes as it is.
  */
 static int
@@ -552,37 +498,32 @@ plan_begin (struct readahead_cache *c, struct readahead_stream *s,
             const struct io *io, uint32_t grain, uint32_t count,
             uint64_t offset, uint64_t span, struct readahead_range **f)
 {
-  const uint64_t size = io->geo->exportsize;
+  const uint64_t size = io->geo->exportsize, cap = run_cap (io, grain);
+  const bool run = ROUND_DOWN (offset, grain) >= s->run_hi;
   uint64_t lo = ROUND_DOWN (offset, grain), hi = MIN (lo + grain, size);
-  bool run = lo >= s->run_hi;
   int r;
 
   if (offset + count > lo + grain)
     return NOTHING;
-  if (run && s->run_hi > s->run_lo && hi - s->run_hi <= run_cap (io, grain)) {
-    if (!next_run (s, io, grain, hi, offset))
-      return NOTHING;
+  if (run) {
+    if (s->run_hi <= s->run_lo || hi - s->run_hi > cap)
+      s->run_hi = lo;
+    lo = s->run_lo = s->run_hi;
+    hi = s->run_hi = MIN (lo + cap, size);
   }
-  else if (run) {
-    s->run_lo = lo;
-    s->run_hi = MIN (lo + run_cap (io, grain), size);
-  }
-  if (run)
-    lo = s->run_lo, hi = s->run_hi;
   r = fill_begin (c, lo, hi, io->geo->min, offset, offset + count, span, f);
-  if (run && r == BEGUN) {      /* the run is what the cache lacked */
-    (*f)->run = true;
-    s->run_lo = (*f)->lo;
-    s->run_hi = (*f)->hi;
+  if (run) {                    /* the run is what the cache lacked */
+    s->run_lo = r == BEGUN ? (*f)->lo : 0;
+    s->run_hi = r == BEGUN ? (*f)->hi : 0;
   }
-  else if (run)
-    s->run_lo = s->run_hi = 0;          /* the next starts afresh */
   return r;
 }
 
 /* A read served half way or more through the stream's last run, by a
  * client that keeps reads in flight (or over a plugin that serializes
- * requests): the next run is begun, in grains larger than the read.
+ * requests): the next run is begun, up to a run past the read, in whole
+ * grains larger than the read (a run ending inside a grain would split
+ * it between two fetches, each paying for all of it).
  */
 static struct readahead_range *
 ahead_begin (struct readahead_cache *c, struct readahead_stream *s,
@@ -591,6 +532,8 @@ ahead_begin (struct readahead_cache *c, struct readahead_stream *s,
 {
   const uint32_t grain = io->autoexp ? auto_published_grain (io->autoexp)
                                      : io->geo->size;
+  const uint64_t reach = ROUND_DOWN (offset, MAX (grain, 1)) +
+    run_cap (io, MAX (grain, 1));
   struct readahead_range *f;
 
   if (!v->in_stream || v->slow ||
@@ -600,14 +543,15 @@ ahead_begin (struct readahead_cache *c, struct readahead_stream *s,
       s->run_hi <= s->run_lo || s->run_hi >= io->geo->exportsize ||
       offset < s->run_lo || offset >= s->run_hi ||
       offset + count <= s->run_lo + (s->run_hi - s->run_lo) / 2 ||
-      !next_run (s, io, grain, 0, offset))
+      reach < s->run_hi + grain)
     return NULL;
+  s->run_lo = s->run_hi;
+  s->run_hi = MIN (ROUND_DOWN (reach, grain), io->geo->exportsize);
   if (fill_begin (c, s->run_lo, s->run_hi, io->geo->min, s->run_lo,
                   s->run_lo, 0, &f) != BEGUN) {
     s->run_lo = s->run_hi = 0;
     return NULL;
   }
-  f->run = true;
   s->run_lo = f->lo;
   s->run_hi = f->hi;
   return f;
@@ -615,7 +559,10 @@ ahead_begin (struct readahead_cache *c, struct readahead_stream *s,
 
 /* --- Serving a read. --- */
 
-/* How a read goes, decided under the lock. */
+/* How a read goes, decided under the lock: a read in the stream waits
+ * for a fill in progress that holds it; one that misses is served by a
+ * fill, or goes down.
+ */
 enum serve { SERVED, FILL, DOWN, DOWN_TIMED };
 
 static enum serve
@@ -625,35 +572,21 @@ serve (struct readahead_cache *c, struct readahead_stream *s,
        struct readahead_range **ahead)
 {
   const uint64_t span = (uint64_t) (v->in_flight - 1) * count;
-  bool wait = v->in_stream;
-  uint32_t grain = 0;
-  unsigned tries;
+  uint32_t grain;
 
-  for (tries = 0; ; tries++) {
-    while (wait && fill_covers (c, offset, offset + count))
-      pthread_cond_wait (&ra.filled, &ra.lock);
-    if (range_copy (c, buf, count, offset)) {
-      stats_add (C_RA_HITS, 1);
-      if (tries == 0)
-        *ahead = ahead_begin (c, s, io, v, count, offset);
-      return SERVED;
-    }
-    if (tries == 0 && (grain = stream_grain (io, v, count)) == 0)
-      return DOWN_TIMED;
-    /* Writes may keep making the fills that hold it stale. */
-    if (tries == FILL_TRIES)
-      return DOWN;
-    switch (plan_begin (c, s, io, grain, count, offset, span, f)) {
-    case BEGUN:
-      stats_add (C_RA_MISSES, 1);
-      return FILL;
-    case HELD:
-      wait = true;
-      continue;
-    default:
-      return DOWN;
-    }
+  while (v->in_stream && fill_covers (c, offset, offset + count))
+    pthread_cond_wait (&ra.filled, &ra.lock);
+  if (range_copy (c, buf, count, offset)) {
+    stats_add (C_RA_HITS, 1);
+    *ahead = ahead_begin (c, s, io, v, count, offset);
+    return SERVED;
   }
+  if ((grain = stream_grain (io, v, count)) == 0)
+    return DOWN_TIMED;
+  if (plan_begin (c, s, io, grain, count, offset, span, f) != BEGUN)
+    return DOWN;
+  stats_add (C_RA_MISSES, 1);
+  return FILL;
 }
 
 /* Read the begun fill f, serve [offset, offset+count) into dst from
@@ -665,7 +598,6 @@ fill_read (struct readahead_stream *s, const struct io *io,
            uint64_t offset)
 {
   const uint64_t lo = f->lo, hi = f->hi;
-  const bool run = f->run;
   enum fill_result result = FILL_UNMADE;
   char *data = NULL;
   bool kept;
@@ -690,7 +622,8 @@ fill_read (struct readahead_stream *s, const struct io *io,
     kept = fill_keep (f, data, data ? hi - lo : 0, result == FILL_KEPT);
     if (result == FILL_KEPT && !kept)
       result = FILL_LOST;
-    stream_filled (s, run, lo, hi, result);
+    if (s && result == FILL_FAILED)
+      stream_failed (s);
   }
   if (!kept)
     pool_put (POOL_REQUEST, data, hi - lo);

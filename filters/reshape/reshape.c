@@ -2,31 +2,24 @@
  * Copyright the nbdkit-reshape-filter authors.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * The nbdkit callbacks, and the order in which the mechanisms see each
- * request, top to bottom:
+ * The nbdkit callbacks, and the order in which each request passes
+ * the mechanisms, top to bottom:
  *
- *   pread    write-back: staged writes there go to the plugin first;
- *              what it refuses is laid over the result
- *            readahead: the read cache, runs of grains (reshape-readahead)
- *            split: pieces of the optimal size, partial blocks
- *   pwrite   write-back: staged, or passed down      (reshape-writeback)
- *            split; then every cache forgets the range
- *   zero,    write-back: staged writes there first
- *   trim     split; then every cache forgets the range
+ *   pread    write-back: staged writes there first, what the plugin
+ *              refuses laid over the result; read-ahead; split
+ *   pwrite   write-back: staged, or passed down to split; then every
+ *              cache forgets the range
+ *   zero,    write-back: staged writes there first; split; then every
+ *   trim       cache forgets the range
  *   extents  write-back: staged writes there first; split
- *   cache    readahead: read into the cache, if there is one
- *            split
- *   flush    write-back: everything staged before it; the plugin's
- *            flush
+ *   cache    read-ahead, else split
+ *   flush    write-back: everything staged; the plugin's flush
  *
- * Each mechanism lives in its own file with its own header; the order
- * in which a client request passes them is decided here alone.  Here
- * too is the registry of exports: what an export's connections share
+ * And the registry of exports: what an export's connections share
  * (the read cache, staged writes) is found by its name and whether the
  * client uses TLS (tls-fallback serves the two different data under
- * one name), and what is learnt of the plugin is the name's, kept
- * after its connections close so that a client that reconnects keeps
- * it.
+ * one name); what is learnt of the plugin is the name's, kept after its
+ * connections close, so that a client that reconnects keeps it.
  */
 
 #include <config.h>
@@ -35,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <nbdkit-filter.h>
 
@@ -52,31 +44,27 @@
 #include "warn.h"
 #include "writeback.h"
 
-
-
-/* What the connections of an export (a name, plain or TLS) share:
- * made at its first connection, freed at its last close.
+/* What an export's connections share: made at the first, freed at the
+ * last close.
  */
 struct export {
-  unsigned refs;                /* connections (registry lock) */
+  unsigned refs;                /* registry lock */
   struct readahead_cache cache; /* with multi-conn */
-  struct writeback *wb;         /* staged writes */
-  struct auto_export *autoexp;  /* the name's: outlives the above */
+  struct writeback *wb;
+  struct auto_export *autoexp;  /* the name's */
 };
 
-/* One export name, most recently used first.  Kept while no
- * connection holds it, for its learning, for EXPORTS_MAX names.
+/* One export name, kept while no connection holds it, for its
+ * learning, for EXPORTS_MAX names.
  */
 struct record {
   char *name;
   struct auto_export *autoexp;
   struct export by_tls[2];
-  struct record *next;
+  struct record *next;          /* most recently used first */
 };
 
-/* The registry's lock is taken when a connection opens or closes, and
- * by the report's walks: never on a request's path.
- */
+/* Taken when a connection opens or closes, and by the report. */
 static struct {
   pthread_mutex_t lock;
   struct record *list;
@@ -109,8 +97,8 @@ record_held (const struct record *e)
   return e->by_tls[false].refs || e->by_tls[true].refs;
 }
 
-/* The record of name, made if new (the least recently used one no
- * connection holds forgotten if the registry is full), moved to the
+/* name's record, made if new (the least recently used one no
+ * connection holds forgotten when the registry is full), moved to the
  * front.  Registry lock held.
  */
 static struct record *
@@ -180,7 +168,6 @@ export_put (struct export *exp)
     export_close (exp);
 }
 
-/* fn on every name's learning, most recently used first. */
 static void
 export_each (auto_visit *fn, void *opaque)
 {
@@ -191,43 +178,21 @@ export_each (auto_visit *fn, void *opaque)
     fn (e->autoexp, opaque);
 }
 
-/* At unload: every name no connection holds (one may still be closing
- * when nbdkit quits on a signal).
- */
 static void
-export_free_all (void)
+learning (FILE *fp, enum stats_part part)
 {
-  struct record **pp = &registry.list, *e;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&registry.lock);
-
-  while ((e = *pp) != NULL) {
-    if (record_held (e)) {
-      pp = &e->next;
-      continue;
-    }
-    *pp = e->next;
-    registry.count--;
-    record_free (e);
-  }
+  auto_report (export_each, fp, part);
 }
-
-static void report_summary (FILE *fp) { auto_summary (export_each, fp); }
-static void report_tables (FILE *fp) { auto_tables (export_each, fp); }
-static void report_json (FILE *fp) { auto_json (export_each, fp); }
-
-static const struct stats_learning export_stats = {
-  .summary = report_summary, .tables = report_tables, .json = report_json,
-};
 
 /* One client connection. */
 struct handle {
   struct export *exp;
   struct geometry geo;          /* settled at prepare */
-  uint32_t preferred;           /* block size told to clients */
-  bool multi_conn;              /* the plugin allows multi-conn */
-  bool staging;                 /* it stages writes (write-back) */
-  struct readahead_cache *cache;/* readahead's: see conn_cache */
-  struct readahead_cache own;   /* a cache of its own */
+  uint32_t preferred;           /* told to clients */
+  bool multi_conn;
+  bool staging;                 /* it stages writes */
+  struct readahead_cache *cache; /* read-ahead's, or NULL */
+  struct readahead_cache own;
   int next_cache;               /* the layer below's can_cache */
   struct split_conn split;
   struct readahead_stream stream;
@@ -243,19 +208,17 @@ flush_staged (const struct io *io, uint64_t lo, uint64_t hi)
   return writeback_clean (&h->wb, io, lo, hi);
 }
 
-/* A request's context on its way down. */
 static void
 io_init (struct io *io, nbdkit_next *next, struct handle *h)
 {
   /* reshape-size=SIZE: nothing to learn, nothing timed. */
   *io = (struct io) { .next = next, .geo = &h->geo, .split = &h->split,
                       .autoexp = reshape_cfg.size ? NULL : h->exp->autoexp,
-                      .flush_staged = flush_staged,
-                      .conn = h };
+                      .flush_staged = flush_staged, .conn = h };
 }
 
 /* Twice in one stack, the copies would share one set of globals (and
- * the outer one's block locks would block the inner one): refuse.
+ * the outer one's block locks would block the inner one).
  */
 static unsigned instances;
 
@@ -269,9 +232,18 @@ reshape_load (void)
 static void
 reshape_unload (void)
 {
+  struct record **pp = &registry.list, *e;
+
   stats_report (reshape_cfg.stats_file, reshape_cfg.size,
-                reshape_cfg.size ? NULL : &export_stats);
-  export_free_all ();
+                reshape_cfg.size ? NULL : learning, true);
+  /* A connection may still be closing (nbdkit quits on a signal). */
+  while ((e = *pp) != NULL)
+    if (record_held (e))
+      pp = &e->next;
+    else {
+      *pp = e->next;
+      record_free (e);
+    }
   pool_free_all ();
   params_free ();
 }
@@ -280,15 +252,13 @@ static int
 reshape_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
                 const char *key, const char *value)
 {
-  int r = params_key (key, value);
+  const int r = params_key (key, value);
 
-  if (r == -1)
-    return -1;
-  if (r == 1)
-    return 0;
+  if (r != 0)
+    return r == 1 ? 0 : -1;
   params_other (key, value);
-  /* nbdkit's blocksize filter below takes these: the two would cut
-   * and align each other's requests.
+  /* nbdkit's blocksize filter takes these: the two would cut and align
+   * each other's requests.
    */
   if (strcmp (key, "minblock") == 0 || strcmp (key, "maxdata") == 0 ||
       strcmp (key, "maxlen") == 0)
@@ -307,7 +277,6 @@ reshape_config_complete (nbdkit_next_config_complete *next,
     nbdkit_error ("the reshape filter can appear only once in a stack");
     return -1;
   }
-  /* Fail now, not at exit, if the report cannot be written. */
   if (params_complete () == -1 ||
       (reshape_cfg.stats_file && stats_check (reshape_cfg.stats_file) == -1))
     return -1;
@@ -325,31 +294,33 @@ reshape_get_ready (int thread_model)
   return 0;
 }
 
-/* Threads start after nbdkit forks into the background. */
+/* Threads start after nbdkit forks, and stop at cleanup, once every
+ * connection has ended.
+ */
 static int
 reshape_after_fork (nbdkit_backend *nxdata)
 {
+  if (reshape_cfg.stats_file &&
+      stats_live_start (reshape_cfg.stats_file, reshape_cfg.size,
+                        reshape_cfg.size ? NULL : learning) == -1)
+    return -1;
   if (!reshape_cfg.parallel_ok || reshape_cfg.parallel <= 1)
     return 0;
   return helpers_start (reshape_cfg.parallel - 1);
 }
 
-/* nbdkit runs .cleanup, filter first, once every connection has
- * ended and before it frees anything.
- */
 static void
 reshape_cleanup (nbdkit_backend *nxdata)
 {
+  stats_live_stop ();
   helpers_stop ();
 }
-
-/* reshape-writeback=true under -r: said once. */
-static bool told_readonly;
 
 static void *
 reshape_open (nbdkit_next_open *next, nbdkit_context *nxdata,
               int readonly, const char *exportname, int is_tls)
 {
+  static bool told_readonly;
   struct handle *h;
 
   if (next (nxdata, readonly, exportname) == -1)
@@ -358,13 +329,11 @@ reshape_open (nbdkit_next_open *next, nbdkit_context *nxdata,
       !__atomic_exchange_n (&told_readonly, true, __ATOMIC_RELAXED))
     reshape_warning ("reshape-writeback=true has no effect: the export is "
                      "read-only (nbdkit -r)");
-  h = calloc (1, sizeof *h);
-  if (h == NULL) {
+  if ((h = calloc (1, sizeof *h)) == NULL) {
     nbdkit_error ("calloc: %m");
     return NULL;
   }
-  h->exp = export_get (exportname, is_tls);
-  if (h->exp == NULL) {
+  if ((h->exp = export_get (exportname, is_tls)) == NULL) {
     free (h);
     return NULL;
   }
@@ -384,32 +353,6 @@ reshape_close (void *handle)
   free (h);
 }
 
-/* Over a plugin without multi-conn each connection has a read cache
- * of its own (conn_cache) while staged writes are the export's: a
- * cache could be filled around another connection's staged writes.
- * No test covers that pairing, so readahead stays off for it.
- */
-static bool
-readahead_on (const struct handle *h)
-{
-  return reshape_cfg.readahead && (!h->staging || h->multi_conn);
-}
-
-/* The cache readahead fills and reads: the export's, shared by its
- * connections, only if the plugin allows multi-conn.  Without it, the
- * plugin does not promise that connections see the same data (a
- * fresh disk each, as tmpdisk; what a client may see behind
- * tls-fallback), and one connection's reads must never serve
- * another's.  None without readahead: every write walks the live
- * caches.
- */
-static void
-conn_cache (struct handle *h)
-{
-  if (readahead_on (h))
-    h->cache = h->multi_conn ? &h->exp->cache : &h->own;
-}
-
 static int
 reshape_prepare (nbdkit_next *next, void *handle, int readonly)
 {
@@ -417,64 +360,60 @@ reshape_prepare (nbdkit_next *next, void *handle, int readonly)
   uint32_t ppref;
 
   h->multi_conn = next->can_multi_conn (next) == 1;
-  /* Staged data is durable only once flushed: over a plugin that
-   * cannot flush, clients have no way to ask for that, so nothing is
-   * staged.
+  /* Staged data is durable once flushed: over a plugin that cannot
+   * flush, clients cannot ask for that, so nothing is staged.
    */
   h->staging = reshape_cfg.writeback && next->can_flush (next) == 1;
-  conn_cache (h);
+  /* The export's cache only with multi-conn: without it, connections
+   * need not see the same data (tmpdisk, tls-fallback).  Over no
+   * multi-conn, a connection's own cache could be filled around
+   * another's staged writes: no read-ahead with write-back there.
+   */
+  if (reshape_cfg.readahead && (!h->staging || h->multi_conn))
+    h->cache = h->multi_conn ? &h->exp->cache : &h->own;
   if (params_limits (next, &h->geo, &ppref) == -1)
     return -1;
-  /* reshape-size=auto: what earlier connections measured; nothing is
-   * read from the plugin here.
-   */
+  /* What earlier connections measured; nothing read here. */
   if (reshape_cfg.size == 0)
     auto_connect (h->exp->autoexp, &h->geo, reshape_cfg.parallel_ok);
   params_sizes (&h->geo, ppref, &h->preferred);
-  /* Balanced by writeback_close in finalize, which nbdkit calls only
-   * for a connection whose prepare succeeded.  Only a context that can
-   * write may write back for another export name (nbdkit asserts it).
+  /* Balanced by writeback_close in finalize, called only after a
+   * prepare that succeeded.  Only a context that can write may write
+   * back for another export name (nbdkit asserts it).
    */
-  writeback_open (&h->wb, h->exp->wb, h->multi_conn, h->staging,
+  writeback_open (&h->wb, h->exp->wb, h->staging,
                   readonly || next->can_write (next) != 1 ? NULL :
                   &(struct io) { .next = next, .geo = &h->geo,
                                  .split = &h->split });
   return 0;
 }
 
-/* The connection is closing: write back what it staged. */
 static int
 reshape_finalize (nbdkit_next *next, void *handle)
 {
-  struct handle *h = handle;
   struct io io;
 
-  io_init (&io, next, h);
-  writeback_close (&h->wb, &io);
+  io_init (&io, next, handle);
+  writeback_close (&((struct handle *) handle)->wb, &io);
   return 0;
 }
 
-/* The export rounded down to whole minimum blocks (params_limits). */
+/* The export rounded down to whole blocks (params_limits). */
 static int64_t
 reshape_get_size (nbdkit_next *next, void *handle)
 {
-  struct handle *h = handle;
-
-  return h->geo.exportsize;
+  return ((struct handle *) handle)->geo.exportsize;
 }
 
-/* Clients may send any size and alignment (the filter aligns for the
- * plugin), should send the size the filter cuts at, and may send up to
- * what the nbdkit server accepts.
+/* Any size and alignment (the filter aligns), preferably the size
+ * told, up to what nbdkit accepts.
  */
 static int
 reshape_block_size (nbdkit_next *next, void *handle,
                     uint32_t *minimum, uint32_t *preferred, uint32_t *maximum)
 {
-  struct handle *h = handle;
-
   *minimum = 1;
-  *preferred = h->preferred;
+  *preferred = ((struct handle *) handle)->preferred;
   *maximum = CLIENT_MAX;
   return 0;
 }
@@ -484,19 +423,18 @@ reshape_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
                uint64_t offset, uint32_t flags, int *err)
 {
   struct handle *h = handle;
-  struct io io;
-  struct wb_claim claim;
   struct readahead_range *ahead = NULL;
-  int r;
+  struct wb_claim claim;
+  struct io io;
+  int r = READAHEAD_PASS;
 
   stats_client (OP_PREAD, count);
   sockbuf_reply (&h->sb, count);
   io_init (&io, next, h);
-  /* Cache hits are never older than staged data: staging a write drops
-   * what it overlaps from the caches.
+  /* Cached data is never older than staged data: staging a write
+   * drops what it overlaps from the caches.
    */
   writeback_begin (&h->wb, &io, offset, offset + count, &claim);
-  r = READAHEAD_PASS;
   if (h->cache && !(io.autoexp && auto_fast (io.autoexp)))
     r = readahead_pread (h->cache, &h->stream, &io, buf, count, offset,
                          &ahead, err);
@@ -517,26 +455,21 @@ reshape_pwrite (nbdkit_next *next, void *handle, const void *buf,
 
   stats_client (OP_PWRITE, count);
   io_init (&io, next, h);
-  if (reshape_cfg.writeback)
-    r = writeback_pwrite (&h->wb, &io, buf, count, offset, flags, err);
-  else
-    r = split_pwrite (&io, buf, count, offset, flags, err);
-  /* Coherence: before the reply, whatever the outcome. */
+  r = writeback_pwrite (&h->wb, &io, buf, count, offset, flags, err);
   readahead_invalidate (offset, offset + count);
   return r;
 }
 
-/* Zero and trim: staged writes there go first; a zero is copied into
- * those the plugin refuses, a trim leaves them (any contents are right
- * after a trim).  Cached data there is dropped before the reply,
- * whatever the outcome.
+/* Zero and trim: staged writes there first; a zero is copied into
+ * those the plugin refuses, a trim leaves them (any data is right
+ * after a trim).
  */
 static int
 erase (nbdkit_next *next, struct handle *h, enum stats_op op,
        uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
-  struct io io;
   struct wb_claim claim;
+  struct io io;
   int r;
 
   stats_client (op, count);
@@ -570,11 +503,9 @@ reshape_trim (nbdkit_next *next, void *handle, uint32_t count,
   return erase (next, handle, OP_TRIM, count, offset, flags, err);
 }
 
-/* With a read cache, cache requests fill it (so that nbdkit's scan
- * filter above helps whatever the plugin): the filter caches natively.
- * The layer below is asked first in any case: nbdkit's core passes a
- * cache request down only to a layer whose answer it has, and a filter
- * below (readahead) may act on being asked.
+/* With a read cache, cache requests fill it (nbdkit's scan filter above
+ * then helps any plugin).  The layer below is asked first all the same:
+ * nbdkit passes a cache request down only to a layer it has asked.
  */
 static int
 reshape_can_cache (nbdkit_next *next, void *handle)
@@ -582,11 +513,9 @@ reshape_can_cache (nbdkit_next *next, void *handle)
   struct handle *h = handle;
 
   h->next_cache = next->can_cache (next);
-  if (h->next_cache == -1)
-    return -1;
-  if (h->cache)
-    return NBDKIT_CACHE_NATIVE;
-  return h->next_cache;
+  if (h->next_cache == -1 || h->cache == NULL)
+    return h->next_cache;
+  return NBDKIT_CACHE_NATIVE;
 }
 
 static int
@@ -598,15 +527,13 @@ reshape_cache (nbdkit_next *next, void *handle, uint32_t count,
 
   stats_client (OP_CACHE, count);
   io_init (&io, next, h);
-  /* A plugin learnt to have no latency gains nothing from a copy; a
-   * layer below that does not cache gets no request (a hint, done).
+  /* A plugin without latency gains nothing from a copy; a layer that
+   * does not cache gets nothing (a hint, done).
    */
-  if (h->cache == NULL || (io.autoexp && auto_fast (io.autoexp))) {
-    if (h->next_cache == NBDKIT_CACHE_NONE)
-      return 0;
+  if (h->cache && !(io.autoexp && auto_fast (io.autoexp)))
+    readahead_prefetch (h->cache, &io, count, offset);
+  else if (h->next_cache != NBDKIT_CACHE_NONE)
     return split_cache (&io, count, offset, flags, err);
-  }
-  readahead_prefetch (h->cache, &io, count, offset);
   return 0;
 }
 
@@ -616,13 +543,13 @@ reshape_extents (nbdkit_next *next, void *handle, uint32_t count,
                  struct nbdkit_extents *extents, int *err)
 {
   struct handle *h = handle;
-  struct io io;
   struct wb_claim claim;
+  struct io io;
 
   stats_client (OP_EXTENTS, count);
   io_init (&io, next, h);
-  /* Staged data would otherwise look like a hole, or like what the
-   * plugin has: while the plugin refuses it, fail.
+  /* Staged data would look like a hole, or like what the plugin has:
+   * while the plugin refuses it, fail.
    */
   writeback_begin (&h->wb, &io, offset, offset + count, &claim);
   writeback_release (&claim);
@@ -642,25 +569,19 @@ reshape_flush (nbdkit_next *next, void *handle, uint32_t flags, int *err)
 
   stats_client (OP_FLUSH, 0);
   io_init (&io, next, h);
-  /* Staged writes first.  The plugin's flush then makes durable what
-   * did reach it, even when some of them failed (those stay staged
-   * and fail this flush).
+  /* The plugin's flush makes durable what did reach it, even when some
+   * staged writes failed (they stay staged and fail this flush).
    */
   r = writeback_flush (&h->wb, &io, &wb_err);
   if (split_flush (next, flags, err) == -1)
     return -1;
-  if (r == -1) {
+  if (r == -1)
     *err = wb_err;
-    return -1;
-  }
-  return 0;
+  return r;
 }
 
 static struct nbdkit_filter filter = {
   .name              = "reshape",
-  /* --version prints nbdkit's version for every filter (_version must
-   * match it); --help prints this.
-   */
   .longname          = "nbdkit reshape filter " PACKAGE_VERSION,
   .description       = "reshape request sizes into the plugin's optimum",
   .load              = reshape_load,

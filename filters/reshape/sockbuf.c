@@ -3,38 +3,27 @@
  * SPDX-License-Identifier: BSD-3-Clause
  *
  * SO_SNDBUF on unix-socket client connections.  nbdkit hands filters
- * no socket, so when a client connects we look through this process's
- * file descriptors for the connections nbdkit accepted:
+ * no socket, so when a client connects the process's descriptors are
+ * scanned for the connections nbdkit accepted: unix stream sockets
+ * not listening whose local name is that of one of nbdkit's listening
+ * unix sockets (the plugin's outgoing sockets have no local name, and
+ * TCP is no AF_UNIX); with no unix listener (-s), the unnamed one whose
+ * peer is the connecting client's process (SO_PEERCRED).
  *
- *   - unix stream sockets that are not listening, whose local name is
- *     the name of one of our listening unix sockets (an accepted unix
- *     socket carries the listener's name; sockets the plugin connected
- *     out with have no local name, and TCP is not AF_UNIX);
- *   - with no unix listener (-s mode: nbdkit moved stdin/stdout to
- *     other descriptors), the unnamed connected unix socket whose peer
- *     is the process of the client now connecting (SO_PEERCRED).
- *
- * Each one gets the asked send buffer if that is larger than what it
- * has: at once when the user gave reshape-sndbuf, else (the default)
- * at the connection's first read reply of LARGE_REPLY or more.  (The
- * scan cannot tell whose socket is whose, so that raises every client
- * socket open at the time.)  A larger buffer pays for large replies,
- * which do not fit the kernel's default (208K for unix sockets), and
- * costs small ones (DEFAULT_SNDBUF and LARGE_REPLY in tunables.h, and
- * docs/design.md, say what was measured).
- *
- * The size the kernel actually grants is recorded, and a warning is
- * given once if the kernel capped a size the user gave (Linux:
- * net.core.wmem_max); a capped default is only a debug message.
+ * Each gets the size asked for if it has less: at once when the user
+ * gave reshape-sndbuf, else at the connection's first read reply of
+ * LARGE_REPLY or more (the scan cannot tell whose socket is whose, so
+ * that raises every client socket open then).  A larger buffer pays
+ * for replies that do not fit the kernel's default (208K) and costs
+ * small ones (tunables.h).  A size the kernel caps (Linux:
+ * net.core.wmem_max) is warned of once if the user gave it.
  */
 
 #include <config.h>
 
 #include <dirent.h>
 #include <stddef.h>
-#include <errno.h>
 #include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -59,8 +48,7 @@
 
 NBDKIT_DLL_PUBLIC int reshape_debug_sockbuf;
 
-
-/* Set once at configuration, read-only after. */
+/* Set at configuration, read-only after. */
 static struct {
   bool given;                     /* reshape-sndbuf was set */
   uint32_t size;                  /* 0: off */
@@ -76,10 +64,8 @@ sockbuf_configure (bool given, uint32_t size)
 #if defined (HAVE_SYS_SOCKET_H) && defined (HAVE_SYS_UN_H) && \
   defined (SO_SNDBUF)
 
-/* nbdkit listens on one socket per -U path, address family and
- * systemd socket: MAX_LISTENERS is more than seen in practice.
- * Without /proc the descriptors are probed one by one: FALLBACK_MAX_FD
- * at most, whatever RLIMIT_NOFILE allows.
+/* nbdkit listens on one socket per -U path and systemd socket.
+ * Without /proc descriptors are probed up to FALLBACK_MAX_FD.
  */
 enum { MAX_LISTENERS = 16, FALLBACK_MAX_FD = 4096 };
 
@@ -91,11 +77,11 @@ struct unix_name {
 struct scan {
   struct unix_name listeners[MAX_LISTENERS];
   unsigned nr_listeners;
-  uint32_t want;                  /* reshape-sndbuf */
-  int64_t client_pid;             /* -s mode only */
+  uint32_t want;
+  int64_t client_pid;             /* -s */
 };
 
-/* Unix stream socket?  Fills in its local name and whether it listens. */
+/* A unix stream socket: its local name, and whether it listens. */
 static bool
 unix_stream (int fd, struct unix_name *name, bool *listening)
 {
@@ -103,21 +89,19 @@ unix_stream (int fd, struct unix_name *name, bool *listening)
   int type = 0, acc = 0;
   socklen_t len = sizeof type;
 
-  if (fstat (fd, &st) == -1 || !S_ISSOCK (st.st_mode))
-    return false;
-  if (getsockopt (fd, SOL_SOCKET, SO_TYPE, &type, &len) == -1 ||
-      type != SOCK_STREAM)
-    return false;
   name->len = sizeof name->addr;
-  if (getsockname (fd, (struct sockaddr *) &name->addr, &name->len) == -1 ||
+  if (fstat (fd, &st) == -1 || !S_ISSOCK (st.st_mode) ||
+      getsockopt (fd, SOL_SOCKET, SO_TYPE, &type, &len) == -1 ||
+      type != SOCK_STREAM ||
+      getsockname (fd, (struct sockaddr *) &name->addr, &name->len) == -1 ||
       name->addr.sun_family != AF_UNIX)
     return false;
-  *listening = false;
-#ifdef SO_ACCEPTCONN
   len = sizeof acc;
-  if (getsockopt (fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &len) == 0)
-    *listening = acc != 0;
+#ifdef SO_ACCEPTCONN
+  if (getsockopt (fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &len) == -1)
+    acc = 0;
 #endif
+  *listening = acc != 0;
   return true;
 }
 
@@ -127,68 +111,33 @@ named (const struct unix_name *n)
   return n->len > offsetof (struct sockaddr_un, sun_path);
 }
 
-static bool
-same_name (const struct unix_name *a, const struct unix_name *b)
-{
-  return a->len == b->len &&
-    memcmp (a->addr.sun_path, b->addr.sun_path,
-            a->len - offsetof (struct sockaddr_un, sun_path)) == 0;
-}
-
-/* -s mode: is fd's peer the client connecting now? */
-static bool
-is_stdio_connection (const struct scan *s, int fd)
-{
-#ifdef SO_PEERCRED
-  struct ucred cred;
-  socklen_t len = sizeof cred;
-
-  if (s->nr_listeners > 0 || s->client_pid <= 0)
-    return false;
-  return getsockopt (fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
-    cred.pid == s->client_pid;
-#else
-  return false;
-#endif
-}
-
-/* Call fn on every open file descriptor. */
 static void
-for_each_fd (void (*fn) (int fd, void *opaque), void *opaque)
+for_each_fd (void (*fn) (int fd, struct scan *s), struct scan *s)
 {
   DIR *dir = opendir ("/proc/self/fd");
   struct dirent *d;
-  int maxfd = FALLBACK_MAX_FD;
+  int fd, maxfd = FALLBACK_MAX_FD;
 
   if (dir) {
-    while ((d = readdir (dir)) != NULL) {
-      int fd;
-      if (d->d_name[0] < '0' || d->d_name[0] > '9')
-        continue;
-      fd = atoi (d->d_name);
-      if (fd != dirfd (dir))
-        fn (fd, opaque);
-    }
+    while ((d = readdir (dir)) != NULL)
+      if (d->d_name[0] >= '0' && d->d_name[0] <= '9' &&
+          (fd = atoi (d->d_name)) != dirfd (dir))
+        fn (fd, s);
     closedir (dir);
     return;
   }
-  /* No /proc: try descriptors up to the limit (bounded). */
 #ifdef HAVE_GETRLIMIT
-  {
-    struct rlimit rl;
-    if (getrlimit (RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        rl.rlim_cur < (rlim_t) maxfd)
-      maxfd = rl.rlim_cur;
-  }
+  struct rlimit rl;
+  if (getrlimit (RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t) maxfd)
+    maxfd = rl.rlim_cur;
 #endif
-  for (int fd = 0; fd < maxfd; fd++)
-    fn (fd, opaque);
+  for (fd = 0; fd < maxfd; fd++)
+    fn (fd, s);
 }
 
 static void
-find_listener (int fd, void *opaque)
+find_listener (int fd, struct scan *s)
 {
-  struct scan *s = opaque;
   struct unix_name n;
   bool listening;
 
@@ -198,7 +147,7 @@ find_listener (int fd, void *opaque)
 }
 
 static bool
-is_client_connection (const struct scan *s, int fd)
+is_client (const struct scan *s, int fd)
 {
   struct unix_name n;
   bool listening;
@@ -206,39 +155,44 @@ is_client_connection (const struct scan *s, int fd)
 
   if (!unix_stream (fd, &n, &listening) || listening)
     return false;
-  if (!named (&n))
-    return is_stdio_connection (s, fd);
+  if (!named (&n)) {
+#ifdef SO_PEERCRED
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+
+    return s->nr_listeners == 0 && s->client_pid > 0 &&
+      getsockopt (fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
+      cred.pid == s->client_pid;
+#else
+    return false;
+#endif
+  }
   for (i = 0; i < s->nr_listeners; i++)
-    if (same_name (&s->listeners[i], &n))
+    if (s->listeners[i].len == n.len &&
+        memcmp (s->listeners[i].addr.sun_path, n.addr.sun_path,
+                n.len - offsetof (struct sockaddr_un, sun_path)) == 0)
       return true;
   return false;
 }
 
-/* Linux doubles what it is given (socket(7)) and reports the double. */
-static int
-kernel_value (uint32_t want)
-{
-#ifdef __linux__
-  return want > INT32_MAX / 2 ? INT32_MAX : (int) want * 2;
-#else
-  return want > INT32_MAX ? INT32_MAX : (int) want;
-#endif
-}
-
 static void
-raise_one (int fd, void *opaque)
+raise_one (int fd, struct scan *s)
 {
-  const struct scan *s = opaque;
   static int warned, capped;
-  int cur = 0, val = s->want, target = kernel_value (s->want);
+  /* Linux doubles what it is given (socket(7)) and reports that. */
+#ifdef __linux__
+  const int target = s->want > INT32_MAX / 2 ? INT32_MAX : (int) s->want * 2;
+#else
+  const int target = s->want > INT32_MAX ? INT32_MAX : (int) s->want;
+#endif
+  int cur = 0, val = s->want;
   socklen_t len = sizeof cur;
 
-  if (!is_client_connection (s, fd))
+  if (!is_client (s, fd) ||
+      getsockopt (fd, SOL_SOCKET, SO_SNDBUF, &cur, &len) == -1)
     return;
-  if (getsockopt (fd, SOL_SOCKET, SO_SNDBUF, &cur, &len) == -1)
-    return;
-  /* Once the kernel capped us, a socket at the cap is as done as it
-   * gets: do not set (and count) it again at every new connection.
+  /* Once the kernel capped it, a socket at the cap is done: not set
+   * (and counted) again at every new connection.
    */
   if (__atomic_load_n (&capped, __ATOMIC_RELAXED) &&
       cur >= __atomic_load_n (&capped, __ATOMIC_RELAXED))
@@ -271,10 +225,8 @@ raise_one (int fd, void *opaque)
 static void
 raise_all (uint32_t want)
 {
-  struct scan s = { .nr_listeners = 0, .want = want };
+  struct scan s = { .want = want };
 
-  if (want == 0)
-    return;
   for_each_fd (find_listener, &s);
   if (s.nr_listeners == 0)
     s.client_pid = nbdkit_peer_pid ();
@@ -293,13 +245,9 @@ raise_all (uint32_t want)
 void
 sockbuf_open (struct sockbuf_conn *sc)
 {
-  sc->pending = false;
-  if (conf.size == 0)
-    return;
-  if (conf.given)
+  sc->pending = conf.size && !conf.given;
+  if (conf.size && conf.given)
     raise_all (conf.size);
-  else
-    sc->pending = true;
 }
 
 void

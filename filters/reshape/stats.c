@@ -5,25 +5,32 @@
  * The report answers first whether the filter helped: a summary of
  * what clients asked for against what the plugin was sent, then the
  * size histograms side by side, then the counters that moved.  A file
- * named *.json gets the same as JSON, for scripts.
+ * named *.json gets the same as JSON, for scripts.  The file is
+ * replaced whole, by a temporary beside it renamed over it (made with
+ * O_EXCL: a symlink planted there is never followed), so that a reader
+ * never sees half a report: at exit, and every REPORT_NS while the
+ * server runs.
  */
 
 #include <config.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <libgen.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include <nbdkit-filter.h>
 
 #include "common.h"
-#include "files.h"
 #include "stats.h"
+#include "tunables.h"
 
 enum {
   BUCKETS = 33,                         /* log2 of 0 .. 4G */
@@ -47,48 +54,11 @@ static const char *const op_names[OP_COUNT] = {
   "pread", "pwrite", "zero", "trim", "cache", "extents", "flush",
 };
 
-/* Each counter's label in the text, its key in JSON, and whether it
- * counts bytes (shown as a size).
- */
+#define STATS_INFO(name, label, key, bytes) { label, key, bytes },
 static const struct {
   const char *label, *key;
   bool bytes;
-} counter_info[C_COUNTERS] = {
-  [C_SPLITS] = { "requests split", "requests_split" },
-  [C_PARALLEL_READS] = { "split reads run in parallel",
-                         "split_reads_parallel" },
-  [C_PARALLEL_WRITES] = { "split writes run in parallel",
-                          "split_writes_parallel" },
-  [C_RMW_READS] = { "partial blocks read", "partial_blocks_read" },
-  [C_RMW_WRITES] = { "read-modify-writes", "read_modify_writes" },
-  [C_PAD_BYTES] = { "partial block padding read", "padding_bytes", true },
-  [C_LOCK_WAITS] = { "range lock waits", "range_lock_waits" },
-  [C_FUA_FLUSHES] = { "flushes standing in for FUA", "fua_flushes" },
-  [C_RA_HITS] = { "readahead hits", "readahead_hits" },
-  [C_RA_MISSES] = { "readahead fills", "readahead_fills" },
-  [C_RA_FILLED] = { "read ahead", "readahead_bytes", true },
-  [C_RA_AHEAD] = { "readahead fills made ahead",
-                   "readahead_fills_ahead" },
-  [C_RA_LOST] = { "readahead fills not kept", "readahead_fills_lost" },
-  [C_RA_UNREAD] = { "read ahead, never read", "readahead_unread_bytes",
-                    true },
-  [C_RA_REFUSED] = { "readahead fills over budget",
-                     "readahead_fills_refused" },
-  [C_RA_CACHED] = { "cached for cache requests", "cached_bytes", true },
-  [C_WB_STAGED] = { "staged (write-back)", "staged_bytes", true },
-  [C_WB_WRITTEN] = { "staged, written back", "written_back_bytes", true },
-  [C_WB_FAILED] = { "write-backs failed (kept staged)",
-                    "write_backs_failed" },
-  [C_WB_LOST] = { "staged, lost at a last close", "staged_lost_bytes",
-                  true },
-  [C_POOL_ALLOCS] = { "pool buffers allocated", "pool_allocs" },
-  [C_POOL_REUSES] = { "pool buffers reused", "pool_reuses" },
-  [C_POOL_WAITS] = { "pool waits at the cap", "pool_waits" },
-  [C_POOL_HIGH] = { "pool high-water", "pool_high_bytes", true },
-  [C_SOCK_RAISED] = { "client sockets raised", "sockets_raised" },
-  [C_SOCK_OBTAINED] = { "socket send buffer obtained",
-                        "socket_sndbuf_bytes", true },
-};
+} counter_info[C_COUNTERS] = { STATS_COUNTERS (STATS_INFO) };
 
 static unsigned
 bucket (uint64_t bytes)
@@ -192,109 +162,33 @@ stats_human (uint64_t v, char *buf, size_t len)
   return buf;
 }
 
-/* The length of the valid UTF-8 sequence at s, 0 if none: no
- * overlong forms, no surrogates (U+D800-DFFF), nothing past U+10FFFF
- * (RFC 3629), so that a JSON parser takes what is written.
- */
-static size_t
-utf8_len (const unsigned char *s)
-{
-  unsigned char lo = 0x80, hi = 0xbf;   /* the second byte's range */
-  size_t n, i;
-
-  if (s[0] < 0x80)
-    return 1;
-  if (s[0] >= 0xc2 && s[0] <= 0xdf)
-    n = 2;
-  else if (s[0] >= 0xe0 && s[0] <= 0xef) {
-    n = 3;
-    if (s[0] == 0xe0)
-      lo = 0xa0;
-    else if (s[0] == 0xed)
-      hi = 0x9f;
-  }
-  else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
-    n = 4;
-    if (s[0] == 0xf0)
-      lo = 0x90;
-    else if (s[0] == 0xf4)
-      hi = 0x8f;
-  }
-  else
-    return 0;
-  if (s[1] < lo || s[1] > hi)
-    return 0;
-  for (i = 2; i < n; i++)
-    if ((s[i] & 0xc0) != 0x80)
-      return 0;
-  return n;
-}
-
-/* A client's export name need not be UTF-8, and JSON must be: a byte
- * that is not part of a valid sequence is written as U+FFFD.  False
- * if one was (then the caller writes the bytes too, stats_json_hex).
- */
-bool
-stats_json_string (FILE *fp, const char *str)
-{
-  const unsigned char *s = (const unsigned char *) str;
-  bool exact = true;
-  size_t n;
-
-  fputc ('"', fp);
-  while (*s) {
-    if (*s == '"' || *s == '\\')
-      fprintf (fp, "\\%c", *s);
-    else if (*s < 0x20 || *s == 0x7f)
-      fprintf (fp, "\\u%04x", *s);
-    else if ((n = utf8_len (s)) == 0) {
-      fputs ("\\ufffd", fp);
-      exact = false;
-    }
-    else {
-      fwrite (s, 1, n, fp);
-      s += n;
-      continue;
-    }
-    s++;
-  }
-  fputc ('"', fp);
-  return exact;
-}
-
-/* The bytes of str, in hex, as a JSON string. */
 void
-stats_json_hex (FILE *fp, const char *str)
+stats_json_string (FILE *fp, const char *str)
 {
   const unsigned char *s = (const unsigned char *) str;
 
   fputc ('"', fp);
   for (; *s; s++)
-    fprintf (fp, "%02x", *s);
+    if (*s == '"' || *s == '\\')
+      fprintf (fp, "\\%c", *s);
+    else if (*s < 0x20 || *s >= 0x7f)
+      fprintf (fp, "\\u%04x", *s);
+    else
+      fputc (*s, fp);
   fputc ('"', fp);
 }
 
-/* A client's export name in the text report, quoted: bytes that are
- * not printable UTF-8, the quote and the backslash as \xNN, so that a
- * name cannot add a line of its own.
- */
 void
 stats_text_name (FILE *fp, const char *str)
 {
   const unsigned char *s = (const unsigned char *) str;
-  size_t n;
 
   fputc ('\'', fp);
-  while (*s) {
-    if (*s < 0x20 || *s == 0x7f || *s == '\'' || *s == '\\' ||
-        (n = utf8_len (s)) == 0 ||
-        (s[0] == 0xc2 && s[1] < 0xa0))  /* C1 controls: NEL etc. */
-      fprintf (fp, "\\x%02x", *s++);
-    else {
-      fwrite (s, 1, n, fp);
-      s += n;
-    }
-  }
+  for (; *s; s++)
+    if (*s < 0x20 || *s >= 0x7f || *s == '\'' || *s == '\\')
+      fprintf (fp, "\\x%02x", *s);
+    else
+      fputc (*s, fp);
   fputc ('\'', fp);
 }
 
@@ -384,7 +278,7 @@ unasked_bytes (void)
 
 static void
 write_summary (FILE *fp, uint32_t fixed_size,
-               const struct stats_learning *learning)
+               stats_learning *learning)
 {
   char b1[32], b2[32];
   uint64_t asked = client[OP_PREAD].bytes;
@@ -405,7 +299,7 @@ write_summary (FILE *fp, uint32_t fixed_size,
              unasked_bytes () / asked, stats_human (asked, b2, sizeof b2));
   fprintf (fp, "\n");
   if (learning)
-    learning->summary (fp);
+    learning (fp, STATS_SUMMARY);
   else
     fprintf (fp, "size: fixed %s (reshape-size)\n",
              stats_human (fixed_size, b1, sizeof b1));
@@ -447,7 +341,7 @@ histogram (FILE *fp, enum stats_op op)
 
 static void
 write_text (FILE *fp, uint32_t fixed_size,
-            const struct stats_learning *learning)
+            stats_learning *learning)
 {
   char b[32];
   bool any = false;
@@ -470,7 +364,7 @@ write_text (FILE *fp, uint32_t fixed_size,
     fprintf (fp, "  %-*s %10s\n", LABEL, counter_info[i].label, b);
   }
   if (learning)
-    learning->tables (fp);
+    learning (fp, STATS_TABLES);
 }
 
 static void
@@ -492,11 +386,11 @@ json_side (FILE *fp, const struct opstats *s)
 
 static void
 write_json (FILE *fp, uint32_t fixed_size,
-            const struct stats_learning *learning)
+            stats_learning *learning)
 {
   unsigned op, i;
 
-  fprintf (fp, "{\n  \"schema\": 1,\n");
+  fprintf (fp, "{\n  \"schema\": 2,\n");
   fprintf (fp, "  \"elapsed_s\": %.3f,\n  \"up_s\": %.3f,\n",
            active_s (), up_s ());
   fprintf (fp, "  \"ops\": {");
@@ -517,7 +411,7 @@ write_json (FILE *fp, uint32_t fixed_size,
   fprintf (fp, "\n  },\n");
   if (learning) {
     fprintf (fp, "  \"size\": \"auto\",\n  \"exports\": ");
-    learning->json (fp);
+    learning (fp, STATS_JSON);
   }
   else
     fprintf (fp, "  \"size\": %" PRIu32 ",\n  \"exports\": []", fixed_size);
@@ -532,50 +426,63 @@ is_json (const char *file)
   return n >= 5 && strcmp (file + n - 5, ".json") == 0;
 }
 
-/* Replaced whole (files.c): a reader never sees half a report. */
-static void
+/* Replace file whole with text: -1 with errno set. */
+static int
 save (const char *file, const char *text)
 {
-  char *tmp;
-  FILE *out = replace_open (file, &tmp);
+  CLEANUP_FREE char *tmp = NULL;
+  FILE *fp;
+  int fd, err;
   bool ok;
 
-  if (out == NULL) {
-    nbdkit_error ("reshape-stats: %s: %m", file);
-    return;
+  if (asprintf (&tmp, "%s.tmp.%ld", file, (long) getpid ()) == -1) {
+    tmp = NULL;
+    return -1;
   }
-  ok = fputs (text, out) != EOF;
-  if (replace_commit (out, tmp, file) == -1 || !ok)
-    nbdkit_error ("reshape-stats: %s: %m", file);
+  unlink (tmp);                 /* a dead process's of the same pid */
+  fd = open (tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd == -1)
+    return -1;
+  if ((fp = fdopen (fd, "w")) == NULL) {
+    err = errno;
+    close (fd);
+    unlink (tmp);
+    errno = err;
+    return -1;
+  }
+  ok = fputs (text, fp) != EOF && fflush (fp) == 0 && fsync (fd) == 0;
+  err = errno;
+  if (fclose (fp) != 0 && ok)
+    ok = false, err = errno;
+  if (ok && rename (tmp, file) == -1)
+    ok = false, err = errno;
+  if (!ok)
+    unlink (tmp);
+  errno = err;
+  return ok ? 0 : -1;
 }
 
-/* Nothing is opened before the exit's report, so a server that fails
- * to start leaves the file as it was.  A symlink is refused: the report
- * replaces the name it is given, and would replace the link, not what
- * it points to, which the user more likely meant.
+/* Nothing is opened before the first report, so a server that fails to
+ * start leaves the file as it was.  A symlink is refused: the report
+ * would replace the link, not what it points to.
  */
 int
 stats_check (const char *file)
 {
+  CLEANUP_FREE char *dir = strdup (file);
   struct stat st;
 
-  if (lstat (file, &st) == 0) {
-    if (S_ISLNK (st.st_mode)) {
-      nbdkit_error ("reshape-stats: %s is a symbolic link; accepted: a "
-                    "regular file or a new name", file);
-      return -1;
-    }
-    if (!S_ISREG (st.st_mode)) {
-      nbdkit_error ("reshape-stats: %s is not a regular file; accepted: "
-                    "a regular file or a new name", file);
-      return -1;
-    }
+  if (lstat (file, &st) == 0 && !S_ISREG (st.st_mode)) {
+    nbdkit_error ("reshape-stats: %s is %s; accepted: a regular file or a "
+                  "new name", file, S_ISLNK (st.st_mode) ?
+                  "a symbolic link" : "not a regular file");
+    return -1;
   }
-  else if (errno != ENOENT) {
+  else if (lstat (file, &st) == -1 && errno != ENOENT) {
     nbdkit_error ("reshape-stats: %s: %m", file);
     return -1;
   }
-  if (dir_writable (file) == -1) {
+  if (dir == NULL || access (dirname (dir), W_OK | X_OK) == -1) {
     nbdkit_error ("reshape-stats: cannot write '%s' (its directory: %m)",
                   file);
     return -1;
@@ -583,34 +490,108 @@ stats_check (const char *file)
   return 0;
 }
 
-void
-stats_report (const char *file, uint32_t fixed_size,
-              const struct stats_learning *learning)
+/* The report as text (or JSON), malloc'd. */
+static char *
+report (bool json, uint32_t fixed_size,
+        stats_learning *learning)
 {
-  char *text = NULL, *line, *save_ptr = NULL;
+  char *text = NULL;
   size_t len = 0;
   FILE *fp = open_memstream (&text, &len);
 
   if (fp == NULL)
-    return;
-  if (is_json (file)) {
+    return NULL;
+  if (json)
     write_json (fp, fixed_size, learning);
-    fclose (fp);
-    save (file, text);
+  else
+    write_text (fp, fixed_size, learning);
+  if (fclose (fp) != 0) {
     free (text);
-    text = NULL;
-    fp = open_memstream (&text, &len);
-    if (fp == NULL)
-      return;
-    file = NULL;
+    return NULL;
   }
-  write_text (fp, fixed_size, learning);
-  fclose (fp);
-  if (file)
-    save (file, text);
-  /* The text goes to the debug log too (-v). */
+  return text;
+}
+
+void
+stats_report (const char *file, uint32_t fixed_size,
+              stats_learning *learning, bool final)
+{
+  static bool failed;           /* said once */
+  CLEANUP_FREE char *text = NULL, *json = NULL;
+  char *line, *save_ptr = NULL;
+
+  text = report (false, fixed_size, learning);
+  if (file && is_json (file))
+    json = report (true, fixed_size, learning);
+  if (file && (json || text) && save (file, json ? json : text) == -1 &&
+      !__atomic_exchange_n (&failed, true, __ATOMIC_RELAXED))
+    nbdkit_error ("reshape-stats: %s: %m", file);
+  if (!final || text == NULL)
+    return;
   for (line = strtok_r (text, "\n", &save_ptr); line;
        line = strtok_r (NULL, "\n", &save_ptr))
     nbdkit_debug ("reshape: %s", line);
-  free (text);
+}
+
+static struct {
+  pthread_mutex_t lock;         /* stop */
+  pthread_cond_t wake;
+  bool running, stop;
+  pthread_t thread;
+  const char *file;
+  uint32_t fixed_size;
+  stats_learning *learning;
+} live = { .lock = PTHREAD_MUTEX_INITIALIZER,
+           .wake = PTHREAD_COND_INITIALIZER };
+
+static void *
+live_write (void *arg)
+{
+  struct timespec at;
+
+  pthread_mutex_lock (&live.lock);      /* dropped to write */
+  while (!live.stop) {
+    clock_gettime (CLOCK_REALTIME, &at);
+    at.tv_sec += REPORT_NS / 1000000000;
+    if (pthread_cond_timedwait (&live.wake, &live.lock, &at) == 0 ||
+        live.stop)
+      continue;
+    pthread_mutex_unlock (&live.lock);
+    stats_report (live.file, live.fixed_size, live.learning, false);
+    pthread_mutex_lock (&live.lock);
+  }
+  pthread_mutex_unlock (&live.lock);
+  return NULL;
+}
+
+int
+stats_live_start (const char *file, uint32_t fixed_size,
+                  stats_learning *learning)
+{
+  int err;
+
+  live.file = file;
+  live.fixed_size = fixed_size;
+  live.learning = learning;
+  if ((err = pthread_create (&live.thread, NULL, live_write, NULL)) != 0) {
+    errno = err;
+    nbdkit_error ("reshape-stats: starting its thread: %m");
+    return -1;
+  }
+  live.running = true;
+  return 0;
+}
+
+void
+stats_live_stop (void)
+{
+  if (!live.running)
+    return;
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&live.lock);
+    live.stop = true;
+    pthread_cond_signal (&live.wake);
+  }
+  pthread_join (live.thread, NULL);
+  live.running = false;
 }
