@@ -160,4 +160,33 @@ echo "refused: $(cat "$tmp/err")"
 nbdkit -U - --filter="$FILTER" memory 1M reshape-stats="$tmp/old" --run true
 grep -q '^nbdkit-reshape-filter statistics' "$tmp/old" ||
   fail "reshape-stats: a regular file was not replaced at exit"
+
+# While nbdkit runs, the report is rewritten every 5 s, whole: a reader
+# sees the reads made so far, and never half a file.
+nbdkit -U - --filter="$FILTER" memory 1M reshape-stats="$tmp/live.json" \
+  --run 'nbdsh -u "$uri" -c "h.pread(4096, 0)"; sleep 7; cp '"$tmp/live.json $tmp/seen.json" ||
+  fail "live report: nbdkit failed"
+[ "$(stat_of "$tmp/seen.json" ops.pread.client.requests)" = 1 ] ||
+  fail "the report written while nbdkit ran: $(cat "$tmp/seen.json")"
+
+# The report agrees with itself: a stream that was read ahead is no
+# export of state none.  -D reshape.auto=1 says the grain chosen.
+nbdkit -U - -v -D reshape.auto=1 --filter="$FILTER" --filter=delay \
+  memory 8M rdelay=1ms reshape-stats="$tmp/naive" \
+  --run 'nbdsh -u "$uri" -c "
+for off in range(0, 8 << 20, 4096):
+    h.pread(4096, off)
+"' 2> "$tmp/debug" || fail "naive reader"
+grep -qE '^  readahead hits +[1-9]' "$tmp/naive" || fail "no read-ahead: $(cat "$tmp/naive")"
+! grep -q "^size: auto, export '': none" "$tmp/naive" ||
+  fail "a stream read ahead is reported as none: $(cat "$tmp/naive")"
+grep -q "reshape: auto: export '': grains of" "$tmp/debug" ||
+  fail "-D reshape.auto=1 said no grain: $(grep reshape "$tmp/debug" | tail -5)"
+
+# nbdcopy over a 1 ms plugin: how its 2M reads are cut, and why.
+nbdkit -U - -v -D reshape.auto=1 --filter="$FILTER" --filter=delay \
+  pattern 64M delay-read=1ms --run 'nbdcopy "$uri" null:' 2> "$tmp/debug" ||
+  fail "nbdcopy"
+grep -E "reshape: auto: export '': reads of 2048K (whole|cut at)" "$tmp/debug" ||
+  fail "-D reshape.auto=1 said nothing of nbdcopy's reads"
 echo "ok"
