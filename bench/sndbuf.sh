@@ -9,6 +9,8 @@ case ${1:-} in
 esac
 cd "$(dirname "$0")/.."
 export PATH="/usr/bin:/bin:$PATH"
+command -v hyperfine >/dev/null ||
+  { echo "$0: needs hyperfine (apt-get install hyperfine)" >&2; exit 1; }
 filter="$PWD/filters/reshape/.libs/nbdkit-reshape-filter.so"
 echo "net.core.wmem_max = $(cat /proc/sys/net/core/wmem_max 2>/dev/null || echo '?')"
 hyperfine --warmup 1 --runs "${RUNS:-5}" "$@" -L sb off,256K,2M,4M \

@@ -12,6 +12,8 @@ case ${1:-} in
 esac
 cd "$(dirname "$0")/.."
 export PATH="/usr/bin:/bin:$PATH"
+command -v hyperfine >/dev/null ||
+  { echo "$0: needs hyperfine (apt-get install hyperfine)" >&2; exit 1; }
 filter="$PWD/filters/reshape/.libs/nbdkit-reshape-filter.so"
 work="$PWD/bench/unaligned-writes.py"
 size=${SIZE:-3584} total=${TOTAL:-16777216} depth=${DEPTH:-64}
