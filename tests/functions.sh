@@ -118,16 +118,22 @@ checked_nbdkit ()
         nbdkit "${args[@]}" ;;
   esac
 }
-# With the ASan runtime preloaded, nbdkit 1.32's server often deadlocks
-# in exit() once errors were logged: libp11-kit's destructor calls
-# freelocale, which waits for glibc's locale lock for ever, with no
-# other thread left.  gdb shows the lock's reader count underflowed
-# (__readers 0xfffffffa): it was unlocked more often than locked,
-# something only seen with the ASan runtime preloaded; the filter
-# never touches that lock.  So once the --run command is done and the
-# server has had 10 s to exit, a server whose only thread waits there
-# is killed (nbdkit still returns the command's status); any other
-# hang is left to the timeout, and fails the test.
+# With the ASan runtime preloaded, nbdkit's server may deadlock in
+# exit(): libp11-kit's destructor calls freelocale, which waits for ever
+# for glibc's __libc_setlocale_lock, with no other thread left.  Not the
+# filter's doing (docs/design.md, "Sanitizers"): at start-up, before
+# any filter loads, libp11-kit's constructor calls newlocale, which
+# holds that lock for writing; its malloc is the first the preloaded
+# runtime sees, so ASan initializes there, calls dlerror, and dcgettext
+# inside it takes the lock for reading (refused: this thread writes)
+# and then unlocks it.  The lock's reader count is -1 from then on
+# (gdb: __readers 0xfffffff9 in a server with no filter at all); the
+# first strerror in the server (write-back's error message, say) turns
+# it into a phantom reader that the exit's freelocale waits for.  So
+# once the --run command is done and the server has had 10 s to exit,
+# a server whose only thread waits there is killed (nbdkit still
+# returns the command's status); any other hang is left to the
+# timeout, and fails the test.
 reap_exit_deadlock ()
 {
   local top=$1 done=$2 i p kids
