@@ -5,7 +5,8 @@
 # requests, 16 the forgetting), against each row's references, round
 # by round in alternation (a machine whose speed drifts moves a round
 # alike).  BEFORE=PATH adds another build of the filter (the commit
-# before a change) as one more setup.
+# before a change) as one more setup; PARTS="default:0" runs the
+# default alone against the references (and BEFORE).
 #
 # Rows:
 #   seed    nbdcopy with its defaults over nbdkit's qcow2dec filter, a
@@ -50,7 +51,7 @@ scratch=$(mktemp -d /var/tmp/reshape-ablation.XXXXXX)
 server=""
 trap '[ -z "$server" ] || kill "$server" 2>/dev/null; rm -rf "$scratch"' EXIT
 test -f "$F" && test -f "$M" || { echo "$0: build first (make check)" >&2; exit 1; }
-parts="default:0 no-grains:1 no-cuts:4 no-ahead:8 no-forgetting:16"
+parts=${PARTS:-"default:0 no-grains:1 no-cuts:4 no-ahead:8 no-forgetting:16"}
 
 # seconds CMD...: the elapsed seconds, or "failed"
 seconds ()

@@ -644,9 +644,10 @@ readahead_pread (struct readahead_cache *c, struct readahead_stream *s,
   int r = 0;
 
   *ahead = NULL;
-  /* What the plugin wants already, and no grain can hold. */
-  if (count >= io->geo->size &&
-      (io->autoexp == NULL || count >= GUESS_PREFERRED / 2))
+  /* A fixed size's requests: what the plugin wants already.  (Auto's
+   * are looked up: a stream's runs may hold a client's large reads.)
+   */
+  if (count >= io->geo->size && io->autoexp == NULL)
     return READAHEAD_PASS;
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&ra.lock);
