@@ -13,7 +13,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,21 +289,18 @@ params_free (void)
 
 /* A connection refused for what the plugin advertises: the error once
  * per message (a client asks twice, NBD_OPT_INFO then _GO, and every
- * connection would repeat it), later ones as debug lines.
+ * connection would repeat it), then as debug lines.
  */
 static void
 refuse (const char *msg)
 {
-  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-  static char last[384];
-  bool again;
+  static uint64_t said;                 /* the last message's hash */
+  uint64_t h = UINT64_C (14695981039346656037);
+  const char *p;
 
-  {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&lock);
-    if (!(again = strcmp (last, msg) == 0))
-      snprintf (last, sizeof last, "%s", msg);
-  }
-  if (again)
+  for (p = msg; *p; p++)
+    h = (h ^ (unsigned char) *p) * UINT64_C (1099511628211);
+  if (__atomic_exchange_n (&said, h, __ATOMIC_RELAXED) == h)
     nbdkit_debug ("reshape: refused again: %s", msg);
   else
     nbdkit_error ("%s", msg);

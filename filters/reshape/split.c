@@ -8,7 +8,7 @@
  * partial blocks go through bounce buffers from the pool: read whole,
  * then copied out, or patched and written back whole
  * (read-modify-write).  With reshape-size=auto, data pieces are timed
- * for auto.c, in one batch per request.
+ * for auto.c, in one batch per thread that worked on the request.
  *
  * Each piece of a write, zero or trim locks the blocks it covers while
  * it runs: exclusively for a read-modify-write, shared for whole
@@ -177,67 +177,69 @@ piece_run (const struct op *o, const struct piece *p, int *err)
 }
 
 /* The pieces of one request, taken by the requesting thread and any
- * helpers.  The lock is taken only with helpers, once a piece: a
- * thread records the piece it did as it takes the next.
+ * helpers without a lock: a thread claims the next piece by moving pos
+ * on with a compare-and-swap, and times its pieces in a batch of its
+ * own.
  */
 struct pieces {
   const struct op *o;
-  bool shared;
-  pthread_mutex_t lock;
-  struct walk w;
-  unsigned n;                   /* pieces handed out */
-  uint64_t busy_ns;             /* time in pieces, all threads */
-  struct auto_batch batch;      /* timed pieces */
-  int err;                      /* the first error, 0 if none */
-  struct piece failed;          /* its piece */
+  struct walk w;                /* its pos is where the walk began */
+  uint64_t pos;                 /* what is left starts here (atomic) */
+  unsigned n;                   /* pieces handed out (atomic) */
+  uint64_t busy_ns;             /* time in pieces, all threads (atomic) */
+  int err;                      /* the first error, 0 if none (atomic) */
+  struct piece failed;          /* its piece, written by who set err */
   bool failed_on_helper;
   pthread_t requester;
 };
 
-static void
-pieces_done (struct pieces *ps, const struct piece *p, uint64_t ns, int r,
-             int err)
+static bool
+pieces_take (struct pieces *ps, struct piece *p)
 {
-  ps->busy_ns += ns;
-  if (r == -1 && ps->err == 0) {
-    ps->err = err;
-    ps->failed = *p;
-    ps->failed_on_helper = !pthread_equal (pthread_self (), ps->requester);
-  }
-  else if (r == 0 && ps->o->timed && !p->partial)
-    auto_batch_add (&ps->batch, p->count, ns);
+  struct walk w = ps->w;
+  uint64_t pos = __atomic_load_n (&ps->pos, __ATOMIC_ACQUIRE);
+
+  do {
+    w.pos = pos;
+    if (__atomic_load_n (&ps->err, __ATOMIC_ACQUIRE) || !walk_next (&w, p))
+      return false;
+  } while (!__atomic_compare_exchange_n (&ps->pos, &pos, w.pos, false,
+                                         __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+  return true;
 }
 
 static void
 pieces_work (void *opaque)
 {
   struct pieces *ps = opaque;
+  struct auto_batch batch = { .n = 0 };
   struct piece p;
-  uint64_t start, ns = 0;
-  unsigned n = 0;
-  bool more, done = false;
-  int r = 0, err = 0;
+  uint64_t start, ns;
+  unsigned n;
+  int r, err, none;
 
-  for (;;) {
-    if (ps->shared)
-      pthread_mutex_lock (&ps->lock);
-    if (done)
-      pieces_done (ps, &p, ns, r, err);
-    more = ps->err == 0 && walk_next (&ps->w, &p);
-    if (more)
-      n = ps->n++;
-    if (ps->shared)
-      pthread_mutex_unlock (&ps->lock);
-    if (!more)
-      return;
+  while (pieces_take (ps, &p)) {
+    n = __atomic_fetch_add (&ps->n, 1, __ATOMIC_RELAXED);
     if (reshape_debug_split)
       nbdkit_debug ("reshape: piece %u: %" PRIu64 "+%" PRIu32 "%s",
                     n, p.offset, p.count, p.partial ? " (partial)" : "");
     start = now_ns ();
     r = piece_run (ps->o, &p, &err);
     ns = now_ns () - start;
-    done = true;
+    __atomic_add_fetch (&ps->busy_ns, ns, __ATOMIC_RELAXED);
+    none = 0;
+    if (r == -1 &&
+        __atomic_compare_exchange_n (&ps->err, &none, err, false,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+      ps->failed = p;
+      ps->failed_on_helper = !pthread_equal (pthread_self (), ps->requester);
+    }
+    else if (r == 0 && ps->o->timed && !p.partial)
+      auto_batch_add (&batch, p.count, ns);
   }
+  if (ps->o->timed)
+    auto_time (ps->o->io->autoexp, ps->o->write ? AUTO_WRITE : AUTO_READ,
+               &batch);
 }
 
 /* How many helpers a request deserves: one per piece beyond the
@@ -270,13 +272,11 @@ pieces_run (const struct op *o, uint64_t count, uint32_t step, int *err)
   unsigned helpers;
 
   walk_init (&ps.w, o->io->geo, o->offset, count, step, o->cap);
+  ps.pos = ps.w.pos;
   helpers = helpers_for (o, count, ps.w.step);
   if (helpers) {
-    ps.shared = true;
-    pthread_mutex_init (&ps.lock, NULL);
     stats_add (o->write ? C_PARALLEL_WRITES : C_PARALLEL_READS, 1);
     helpers_share (pieces_work, &ps, helpers);
-    pthread_mutex_destroy (&ps.lock);
   }
   else
     pieces_work (&ps);
@@ -285,8 +285,6 @@ pieces_run (const struct op *o, uint64_t count, uint32_t step, int *err)
     __atomic_store_n (&o->io->split->piece_ns[o->write],
                       MAX (ps.busy_ns / ps.n, 1), __ATOMIC_RELAXED);
   }
-  if (o->timed)
-    auto_time (o->io->autoexp, o->write ? AUTO_WRITE : AUTO_READ, &ps.batch);
   if (ps.err == 0)
     return 0;
 #if NBDKIT_VERSION_MAJOR > 1 || NBDKIT_VERSION_MINOR >= 42

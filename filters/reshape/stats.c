@@ -18,6 +18,8 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <libgen.h>
+#include <pthread.h>
+#include <semaphore.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -533,35 +535,33 @@ stats_report (const char *file, uint32_t fixed_size,
     nbdkit_debug ("reshape: %s", line);
 }
 
+/* The live report: a thread that writes it every REPORT_NS until
+ * stop is posted.
+ */
 static struct {
-  pthread_mutex_t lock;         /* stop */
-  pthread_cond_t wake;
-  bool running, stop;
+  sem_t stop;
   pthread_t thread;
+  bool running;
   const char *file;
   uint32_t fixed_size;
   stats_learning *learning;
-} live = { .lock = PTHREAD_MUTEX_INITIALIZER,
-           .wake = PTHREAD_COND_INITIALIZER };
+} live;
 
 static void *
 live_write (void *arg)
 {
   struct timespec at;
+  int r;
 
-  pthread_mutex_lock (&live.lock);      /* dropped to write */
-  while (!live.stop) {
+  for (;;) {
     clock_gettime (CLOCK_REALTIME, &at);
     at.tv_sec += REPORT_NS / 1000000000;
-    if (pthread_cond_timedwait (&live.wake, &live.lock, &at) == 0 ||
-        live.stop)
-      continue;
-    pthread_mutex_unlock (&live.lock);
+    while ((r = sem_timedwait (&live.stop, &at)) == -1 && errno == EINTR)
+      ;
+    if (r == 0)                         /* stop was posted */
+      return NULL;
     stats_report (live.file, live.fixed_size, live.learning, false);
-    pthread_mutex_lock (&live.lock);
   }
-  pthread_mutex_unlock (&live.lock);
-  return NULL;
 }
 
 int
@@ -573,6 +573,7 @@ stats_live_start (const char *file, uint32_t fixed_size,
   live.file = file;
   live.fixed_size = fixed_size;
   live.learning = learning;
+  sem_init (&live.stop, 0, 0);
   if ((err = pthread_create (&live.thread, NULL, live_write, NULL)) != 0) {
     errno = err;
     nbdkit_error ("reshape-stats: starting its thread: %m");
@@ -587,11 +588,8 @@ stats_live_stop (void)
 {
   if (!live.running)
     return;
-  {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&live.lock);
-    live.stop = true;
-    pthread_cond_signal (&live.wake);
-  }
+  sem_post (&live.stop);
   pthread_join (live.thread, NULL);
+  sem_destroy (&live.stop);
   live.running = false;
 }
