@@ -5,7 +5,7 @@
  * reshape-size=auto (see auto.h and docs/design.md).  It never asks
  * for a read: nothing at the handshake, nothing for a client that
  * reads nothing or reads alone.  Every plugin call is timed into its
- * size class, in buckets by age (AGE calls each), and what is older
+ * size class, in buckets by auto_age (AGE calls each), and what is older
  * than two ages is forgotten, so that a plugin that turns slow or fast
  * is followed; what a rule rests on and no call times any more is
  * timed again by one probe an age.  From the table come the grain a
@@ -57,13 +57,13 @@ auto_forget (struct auto_core *a)
 
 /* The table's age: AGE calls each (ABLATE_FORGET: one age, ever). */
 static uint64_t
-age (const struct auto_core *a)
+auto_age (const struct auto_core *a)
 {
   return a->off & ABLATE_FORGET ? 0 : a->calls / AGE;
 }
 
 static void
-merge (struct auto_bucket *b, const struct auto_bucket *o)
+auto_merge (struct auto_bucket *b, const struct auto_bucket *o)
 {
   if (o->min_ns && (b->min_ns == 0 || o->min_ns < b->min_ns))
     b->min_ns = o->min_ns;
@@ -73,14 +73,14 @@ merge (struct auto_bucket *b, const struct auto_bucket *o)
 
 /* The calls of class k in the last two ages. */
 static struct auto_bucket
-recent (const struct auto_core *a, const struct auto_class *k)
+auto_recent (const struct auto_core *a, const struct auto_class *k)
 {
-  const uint64_t now = age (a);
+  const uint64_t now = auto_age (a);
   struct auto_bucket b = { 0 };
 
   if (k->age == now) {
     b = k->cur;
-    merge (&b, &k->prev);
+    auto_merge (&b, &k->prev);
   }
   else if (k->age + 1 == now)
     b = k->cur;
@@ -88,16 +88,16 @@ recent (const struct auto_core *a, const struct auto_class *k)
 }
 
 static void
-add (struct auto_core *a, struct auto_class *k, const struct auto_bucket *b)
+auto_add (struct auto_core *a, struct auto_class *k, const struct auto_bucket *b)
 {
-  const uint64_t now = age (a);
+  const uint64_t now = auto_age (a);
 
   if (k->age != now) {
     k->prev = k->age + 1 == now ? k->cur : (struct auto_bucket) { 0 };
     k->cur = (struct auto_bucket) { 0 };
     k->age = now;
   }
-  merge (&k->cur, b);
+  auto_merge (&k->cur, b);
 }
 
 /* The line from a call of read bytes costing r_ns to the class from
@@ -107,7 +107,7 @@ add (struct auto_core *a, struct auto_class *k, const struct auto_bucket *b)
  * (0: no line).
  */
 static uint64_t
-line (const struct auto_core *a, enum auto_dir d, double read, double r_ns,
+auto_line (const struct auto_core *a, enum auto_dir d, double read, double r_ns,
       unsigned from, bool mean, struct auto_model *m)
 {
   uint64_t calls = 0;
@@ -115,7 +115,7 @@ line (const struct auto_core *a, enum auto_dir d, double read, double r_ns,
   unsigned c;
 
   for (c = from; c < SIZE_CLASSES; c++) {
-    const struct auto_bucket b = recent (a, &a->table[d][c]);
+    const struct auto_bucket b = auto_recent (a, &a->table[d][c]);
     double npb;
 
     if (b.min_ns == 0 || size_class_bytes (c) <= read)
@@ -141,7 +141,7 @@ line (const struct auto_core *a, enum auto_dir d, double read, double r_ns,
  * changed.
  */
 static bool
-update (struct auto_core *a)
+auto_update (struct auto_core *a)
 {
   const uint32_t was = a->grain;
   const uint64_t top = a->cap ? MIN (GUESS_PREFERRED, a->cap) :
@@ -155,7 +155,7 @@ update (struct auto_core *a)
 
   if (a->base >= SIZE_CLASSES)
     return false;
-  r = recent (a, &a->table[AUTO_READ][a->base]);
+  r = auto_recent (a, &a->table[AUTO_READ][a->base]);
   if (r.n == 0)
     return false;
   read = MAX (size_class_bytes (a->base), a->min);
@@ -173,7 +173,7 @@ update (struct auto_core *a)
     snprintf (a->why, sizeof a->why, "reads take %.0f us: no latency, "
               "nothing fetched or cut", (double) r.sum_ns / r.n / 1000);
   }
-  else if ((calls = line (a, AUTO_READ, read, r_ns,
+  else if ((calls = auto_line (a, AUTO_READ, read, r_ns,
                           MAX (size_class (top), a->base + 1), queue,
                           &m)) == 0 && a->state == AUTO_KNOWN)
     ;                           /* as known, until auto_grain probes */
@@ -206,12 +206,12 @@ auto_record (struct auto_core *a, enum auto_dir d, uint64_t bytes,
   k->calls += calls;
   k->bytes += bytes * calls;
   k->ns += sum_ns;
-  add (a, k, &(struct auto_bucket) { .n = calls, .sum_ns = sum_ns,
+  auto_add (a, k, &(struct auto_bucket) { .n = calls, .sum_ns = sum_ns,
                                      .min_ns = min_ns });
   a->calls += calls;
   if (d == AUTO_READ && a->base < SIZE_CLASSES &&
       c >= a->base)
-    return update (a);
+    return auto_update (a);
   return false;
 }
 
@@ -219,7 +219,7 @@ uint32_t
 auto_grain (struct auto_core *a, uint32_t count, uint64_t cap)
 {
   const unsigned c = size_class (count);
-  const struct auto_bucket r = recent (a, &a->table[AUTO_READ][c]);
+  const struct auto_bucket r = auto_recent (a, &a->table[AUTO_READ][c]);
   uint64_t g, top;
 
   if (count >= GUESS_PREFERRED / 2 || cap == 0 || a->off & ABLATE_GRAINS)
@@ -228,21 +228,21 @@ auto_grain (struct auto_core *a, uint32_t count, uint64_t cap)
   top = MIN (GUESS_PREFERRED, a->cap);
   if (r.n && c != a->base) {
     a->base = c;
-    update (a);
+    auto_update (a);
   }
   /* What the line rests on forgotten: one read an age goes as it is,
    * or one grain of the top size, to time it again.
    */
   if (c == a->base && r.n == 0 &&
-      a->probed[AUTO_READ] != age (a) + 1) {
-    a->probed[AUTO_READ] = age (a) + 1;
+      a->probed[AUTO_READ] != auto_age (a) + 1) {
+    a->probed[AUTO_READ] = auto_age (a) + 1;
     return 0;
   }
   if (c == a->base && a->state == AUTO_KNOWN && top > count &&
-      a->grain_probed != age (a) + 1 &&
-      !line (a, AUTO_READ, 0, 0, size_class (top), false,
+      a->grain_probed != auto_age (a) + 1 &&
+      !auto_line (a, AUTO_READ, 0, 0, size_class (top), false,
              &(struct auto_model) { 0 })) {
-    a->grain_probed = age (a) + 1;
+    a->grain_probed = auto_age (a) + 1;
     return top;
   }
   if (a->state == AUTO_KNOWN)
@@ -292,15 +292,15 @@ best_cut (unsigned lanes, const struct auto_model *m, uint64_t count,
  * a cut makes.
  */
 static bool
-fit (const struct auto_core *a, enum auto_dir d, struct auto_model *m)
+auto_fit (const struct auto_core *a, enum auto_dir d, struct auto_model *m)
 {
   struct auto_bucket b = { 0 };
   unsigned c;
 
   for (c = size_class (PIECE_MIN); c < SIZE_CLASSES && b.n == 0; c++)
-    b = recent (a, &a->table[d][c]);
+    b = auto_recent (a, &a->table[d][c]);
   if (b.n == 0 ||
-      line (a, d, MAX (size_class_bytes (c - 1), a->min),
+      auto_line (a, d, MAX (size_class_bytes (c - 1), a->min),
             (double) b.sum_ns / b.n, c, true, m) == 0)
     return false;
   m->grain = PIECE_MIN;
@@ -318,10 +318,10 @@ fit (const struct auto_core *a, enum auto_dir d, struct auto_model *m)
  * measures a loaded machine's noise as queueing).
  */
 static bool
-queued (const struct auto_core *a, uint64_t count)
+auto_queued (const struct auto_core *a, uint64_t count)
 {
   const struct auto_bucket b =
-    recent (a, &a->table[AUTO_READ][size_class (count)]);
+    auto_recent (a, &a->table[AUTO_READ][size_class (count)]);
 
   return b.n < GUESS_CALLS || b.sum_ns > KNEE * b.min_ns * b.n;
 }
@@ -338,7 +338,7 @@ cut_pick (struct auto_core *a, enum auto_dir d, uint64_t count,
           struct auto_model *m, double *gain)
 {
   const uint64_t whole = MIN (count, max);
-  const uint64_t now = age (a) + 1;
+  const uint64_t now = auto_age (a) + 1;
   uint64_t cut;
 
   *why = a->state == AUTO_FAST ? WHY_FAST : lanes <= 1 ? WHY_SHARED :
@@ -352,7 +352,7 @@ cut_pick (struct auto_core *a, enum auto_dir d, uint64_t count,
      * splitting a cluster (a qcow2's are at most 2M).
      */
     return count > 2 * GUESS_PREFERRED ? MIN (GUESS_PREFERRED, max) : whole;
-  else if (!fit (a, d, m)) {
+  else if (!auto_fit (a, d, m)) {
     /* One size timed lately: as last decided, but for one request an
      * age that times the size next to it (first whole, then halves).
      */
@@ -361,14 +361,14 @@ cut_pick (struct auto_core *a, enum auto_dir d, uint64_t count,
     *why = WHY_ONE;
     if (count < 2 * PIECE_MIN || a->probed[d] == now ||
         (a->step[d] == 0 &&
-         recent (a, &a->table[d][size_class (whole)]).n == 0))
+         auto_recent (a, &a->table[d][size_class (whole)]).n == 0))
       return last;
     a->probed[d] = now;
     *why = WHY_PROBE;
     return last < whole ? MIN (2 * last, whole) : pow2_floor (count / 2);
   }
   *why = count < 2 * m->grain ? WHY_SMALL :
-    !own && d == AUTO_READ && queued (a, whole) ? WHY_QUEUED : WHY_MODEL;
+    !own && d == AUTO_READ && auto_queued (a, whole) ? WHY_QUEUED : WHY_MODEL;
   if (*why != WHY_MODEL)
     return whole;
   cut = best_cut (lanes, m, count, max, gain);
@@ -388,7 +388,7 @@ auto_cut (struct auto_core *a, enum auto_dir d, uint64_t count,
     [WHY_SMALL] = "under two of the model's pieces",
     [WHY_QUEUED] = "its calls queue at the plugin",
   };
-  const uint64_t now = age (a) + 1;
+  const uint64_t now = auto_age (a) + 1;
   struct auto_model m = { 0 };
   enum cut_why why;
   double gain = 0;
@@ -471,7 +471,7 @@ auto_free (struct auto_export *e)
 
 /* After the core may have changed.  Lock held. */
 static void
-publish (struct auto_export *e, bool changed)
+auto_publish (struct auto_export *e, bool changed)
 {
   const uint64_t word = e->core.grain |
     (uint64_t) (e->core.state == AUTO_FAST) << 32;
@@ -503,7 +503,7 @@ auto_connect (struct auto_export *e, const struct geometry *geo,
   e->core.min = geo->min;
   e->core.parallel = parallel;
   e->core.off = reshape_debug_ablate;
-  publish (e, false);
+  auto_publish (e, false);
 }
 
 bool
@@ -548,7 +548,7 @@ auto_time (struct auto_export *e, enum auto_dir d, const struct auto_batch *b)
   for (i = 0; i < b->n; i++)
     changed |= auto_record (&e->core, d, b->size[i].bytes, b->size[i].calls,
                             b->size[i].sum_ns, b->size[i].min_ns);
-  publish (e, changed);
+  auto_publish (e, changed);
 }
 
 uint32_t
@@ -561,7 +561,7 @@ auto_stream_grain (struct auto_export *e, uint32_t count, uint64_t cap)
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&e->lock);
   was = e->core.grain;
   g = auto_grain (&e->core, count, cap);
-  publish (e, was != e->core.grain);
+  auto_publish (e, was != e->core.grain);
   return g;
 }
 

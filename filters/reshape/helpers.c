@@ -41,7 +41,7 @@ static struct {
 };
 
 static void *
-helper (void *arg)
+helpers_run (void *arg)
 {
   struct job *j;
 
@@ -70,7 +70,7 @@ helpers_start (unsigned n)
 
   team.stopping = false;
   for (team.n = 0; team.n < MIN (n, PARALLEL_MAX - 1); team.n++)
-    if ((err = pthread_create (&team.threads[team.n], NULL, helper,
+    if ((err = pthread_create (&team.threads[team.n], NULL, helpers_run,
                                NULL)) != 0) {
       errno = err;
       nbdkit_error ("reshape: starting helper thread: %m");

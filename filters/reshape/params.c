@@ -292,7 +292,7 @@ params_free (void)
  * connection would repeat it), then as debug lines.
  */
 static void
-refuse (const char *msg)
+params_refuse (const char *msg)
 {
   static uint64_t said;                 /* the last message's hash */
   uint64_t h = UINT64_C (14695981039346656037);
@@ -311,7 +311,7 @@ refuse (const char *msg)
  * blocks; if none is left, the error names what set each side.
  */
 static int
-cap (uint32_t pmax, uint32_t given, enum param_id id, uint32_t pmin,
+params_cap (uint32_t pmax, uint32_t given, enum param_id id, uint32_t pmin,
      uint32_t min, uint32_t *out)
 {
   const uint64_t c = MIN (pmax ? pmax : UINT32_MAX, given ? given : UINT32_MAX);
@@ -331,7 +331,7 @@ cap (uint32_t pmax, uint32_t given, enum param_id id, uint32_t pmin,
               "(%" PRIu32 ")", min);
   snprintf (msg, sizeof msg, "%s is below %s; accepted: a cap of at "
             "least the minimum block size", capby, minby);
-  refuse (msg);
+  params_refuse (msg);
   return -1;
 }
 
@@ -357,9 +357,9 @@ params_limits (nbdkit_next *next, struct geometry *geo, uint32_t *ppref)
                      "block of %" PRIu32 " (reshape-min or the plugin's "
                      "minimum): clients see an empty export", exportsize,
                      geo->min);
-  if (cap (pmax, reshape_cfg.maxdata, maxdata_id, pmin, geo->min,
+  if (params_cap (pmax, reshape_cfg.maxdata, maxdata_id, pmin, geo->min,
            &geo->max) == -1 ||
-      cap (pmax, reshape_cfg.maxlen, maxlen_id, pmin, geo->min,
+      params_cap (pmax, reshape_cfg.maxlen, maxlen_id, pmin, geo->min,
            &geo->maxlen) == -1)
     return -1;
   geo->size = geo->max;                 /* until params_sizes */

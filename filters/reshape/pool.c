@@ -142,7 +142,7 @@ release_one_idle (void)
  * outside the lock), or NULL.  Requests and the cache share a share.
  */
 static void *
-take (enum pool_use use, unsigned c, bool *alloc)
+pool_take (enum pool_use use, unsigned c, bool *alloc)
 {
   const uint64_t want = class_bytes (c);
   const uint64_t used = pool.used[use] +
@@ -175,7 +175,7 @@ take (enum pool_use use, unsigned c, bool *alloc)
  * more than the plugin's reads (docs/design.md, The pool).
  */
 static void *
-allocate (enum pool_use use, unsigned c)
+pool_allocate (enum pool_use use, unsigned c)
 {
   const size_t len = class_bytes (c);
   const size_t align = len >= HUGE_PAGE ? HUGE_PAGE : 4096;
@@ -212,7 +212,7 @@ pool_get (enum pool_use use, uint32_t len)
     return NULL;
   }
   pthread_mutex_lock (&pool.lock);      /* dropped to reclaim and wait */
-  while ((b = take (use, c, &alloc)) == NULL && !alloc) {
+  while ((b = pool_take (use, c, &alloc)) == NULL && !alloc) {
     if (use == POOL_REQUEST && !reclaimed && (reclaim = pool.reclaim)) {
       /* Once: if what the cache gave back did not make room, nothing
        * will soon.
@@ -233,7 +233,7 @@ pool_get (enum pool_use use, uint32_t len)
   }
   pthread_mutex_unlock (&pool.lock);
   if (alloc)
-    return allocate (use, c);
+    return pool_allocate (use, c);
   if (b == NULL)
     errno = ENOMEM;
   return b;

@@ -159,7 +159,7 @@ drop_oldest (uint64_t *freed)
  * every cache's data and fills (made stale) forget.
  */
 static void
-forget (const struct readahead_cache *c, uint64_t lo, uint64_t hi)
+range_forget (const struct readahead_cache *c, uint64_t lo, uint64_t hi)
 {
   struct readahead_range **pp = &ra.list;
 
@@ -348,7 +348,7 @@ fill_keep (struct readahead_range *f, char *buf, uint32_t len, bool ok)
   else {
     c->failed = c->misses = 0;
     if (!f->stale) {
-      forget (c, f->lo, f->hi);
+      range_forget (c, f->lo, f->hi);
       if (make_room (len)) {
         f->buf = buf;
         for (f->chunk = 4096; (uint64_t) f->chunk * CACHE_CHUNKS < len; )
@@ -488,29 +488,59 @@ run_cap (const struct io *io, uint32_t grain)
   return MAX (ROUND_DOWN (fill_cap (io->geo), grain), grain);
 }
 
+/* The stream's next run after its last, recorded: twice as many
+ * grains as the last, up to run_cap, reaching at least need, ending
+ * no further than run_cap past the read at offset, in whole grains (a
+ * run ending inside a grain would split it between two fetches, each
+ * paying for all of it).  False if there is nothing to fetch.
+ */
+static bool
+next_run (struct readahead_stream *s, const struct io *io, uint32_t grain,
+          uint64_t need, uint64_t offset)
+{
+  const uint64_t lo = s->run_hi, cap = run_cap (io, grain);
+  const uint64_t reach = ROUND_DOWN (offset, grain) + cap;
+  uint64_t len = MIN (MAX (ROUND_DOWN (2 * (s->run_hi - s->run_lo), grain),
+                           grain), cap);
+
+  if (lo + len > reach)
+    len = reach > lo ? ROUND_DOWN (reach - lo, grain) : 0;
+  if (need > lo)
+    len = MAX (len, need - lo);
+  if (len == 0 || lo >= io->geo->exportsize)
+    return false;
+  s->run_lo = lo;
+  s->run_hi = MIN (lo + len, io->geo->exportsize);
+  return true;
+}
+
 /* Plan the fill for a read that missed and begin it: the read's grain
  * alone where the last run holds it (a read racing that run, or whose
- * grain it did not keep), else a run, on from the last or new.  A read
- * across two grains goes as it is.
+ * grain it did not keep), else the stream's next run, or a new one as
+ * long as a run may be.  A read across two grains goes as it is.
  */
 static int
 plan_begin (struct readahead_cache *c, struct readahead_stream *s,
             const struct io *io, uint32_t grain, uint32_t count,
             uint64_t offset, uint64_t span, struct readahead_range **f)
 {
-  const uint64_t size = io->geo->exportsize, cap = run_cap (io, grain);
-  const bool run = ROUND_DOWN (offset, grain) >= s->run_hi;
+  const uint64_t size = io->geo->exportsize;
   uint64_t lo = ROUND_DOWN (offset, grain), hi = MIN (lo + grain, size);
+  const bool run = lo >= s->run_hi;
   int r;
 
   if (offset + count > lo + grain)
     return NOTHING;
-  if (run) {
-    if (s->run_hi <= s->run_lo || hi - s->run_hi > cap)
-      s->run_hi = lo;
-    lo = s->run_lo = s->run_hi;
-    hi = s->run_hi = MIN (lo + cap, size);
+  if (run && s->run_hi > s->run_lo && hi - s->run_hi <= run_cap (io, grain)) {
+    if (!next_run (s, io, grain, hi, offset))
+      return NOTHING;
   }
+  else if (run) {
+    s->run_lo = lo;
+    s->run_hi = MIN (lo + run_cap (io, grain), size);
+  }
+  if (run)
+    lo = s->run_lo, hi = s->run_hi;
   r = fill_begin (c, lo, hi, io->geo->min, offset, offset + count, span, f);
   if (run) {                    /* the run is what the cache lacked */
     s->run_lo = r == BEGUN ? (*f)->lo : 0;
@@ -521,9 +551,7 @@ plan_begin (struct readahead_cache *c, struct readahead_stream *s,
 
 /* A read served half way or more through the stream's last run, by a
  * client that keeps reads in flight (or over a plugin that serializes
- * requests): the next run is begun, up to a run past the read, in whole
- * grains larger than the read (a run ending inside a grain would split
- * it between two fetches, each paying for all of it).
+ * requests): the next run is begun, in grains larger than the read.
  */
 static struct readahead_range *
 ahead_begin (struct readahead_cache *c, struct readahead_stream *s,
@@ -532,8 +560,6 @@ ahead_begin (struct readahead_cache *c, struct readahead_stream *s,
 {
   const uint32_t grain = io->autoexp ? auto_published_grain (io->autoexp)
                                      : io->geo->size;
-  const uint64_t reach = ROUND_DOWN (offset, MAX (grain, 1)) +
-    run_cap (io, MAX (grain, 1));
   struct readahead_range *f;
 
   if (!v->in_stream || v->slow ||
@@ -543,10 +569,8 @@ ahead_begin (struct readahead_cache *c, struct readahead_stream *s,
       s->run_hi <= s->run_lo || s->run_hi >= io->geo->exportsize ||
       offset < s->run_lo || offset >= s->run_hi ||
       offset + count <= s->run_lo + (s->run_hi - s->run_lo) / 2 ||
-      reach < s->run_hi + grain)
+      !next_run (s, io, grain, 0, offset))
     return NULL;
-  s->run_lo = s->run_hi;
-  s->run_hi = MIN (ROUND_DOWN (reach, grain), io->geo->exportsize);
   if (fill_begin (c, s->run_lo, s->run_hi, io->geo->min, s->run_lo,
                   s->run_lo, 0, &f) != BEGUN) {
     s->run_lo = s->run_hi = 0;
@@ -566,7 +590,7 @@ ahead_begin (struct readahead_cache *c, struct readahead_stream *s,
 enum serve { SERVED, FILL, DOWN, DOWN_TIMED };
 
 static enum serve
-serve (struct readahead_cache *c, struct readahead_stream *s,
+readahead_serve (struct readahead_cache *c, struct readahead_stream *s,
        const struct io *io, const struct seen *v, char *buf, uint32_t count,
        uint64_t offset, struct readahead_range **f,
        struct readahead_range **ahead)
@@ -652,7 +676,7 @@ readahead_pread (struct readahead_cache *c, struct readahead_stream *s,
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&ra.lock);
     stream_note (s, count, offset, &v);
-    how = serve (c, s, io, &v, buf, count, offset, &f, ahead);
+    how = readahead_serve (c, s, io, &v, buf, count, offset, &f, ahead);
   }
   if (how == FILL && fill_read (s, io, f, buf, count, offset) > FILL_LOST)
     how = DOWN;                 /* its own read: what failed may not be */
@@ -733,7 +757,7 @@ readahead_invalidate (uint64_t lo, uint64_t hi)
   if (__atomic_load_n (&ra.ranges, __ATOMIC_SEQ_CST) == 0)
     return;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&ra.lock);
-  forget (NULL, lo, hi);
+  range_forget (NULL, lo, hi);
 }
 
 uint64_t

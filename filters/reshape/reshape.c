@@ -179,7 +179,7 @@ export_each (auto_visit *fn, void *opaque)
 }
 
 static void
-learning (FILE *fp, enum stats_part part)
+reshape_learning (FILE *fp, enum stats_part part)
 {
   auto_report (export_each, fp, part);
 }
@@ -235,7 +235,7 @@ reshape_unload (void)
   struct record **pp = &registry.list, *e;
 
   stats_report (reshape_cfg.stats_file, reshape_cfg.size,
-                reshape_cfg.size ? NULL : learning, true);
+                reshape_cfg.size ? NULL : reshape_learning, true);
   /* A connection may still be closing (nbdkit quits on a signal). */
   while ((e = *pp) != NULL)
     if (record_held (e))
@@ -302,7 +302,7 @@ reshape_after_fork (nbdkit_backend *nxdata)
 {
   if (reshape_cfg.stats_file &&
       stats_live_start (reshape_cfg.stats_file, reshape_cfg.size,
-                        reshape_cfg.size ? NULL : learning) == -1)
+                        reshape_cfg.size ? NULL : reshape_learning) == -1)
     return -1;
   if (!reshape_cfg.parallel_ok || reshape_cfg.parallel <= 1)
     return 0;
@@ -465,7 +465,7 @@ reshape_pwrite (nbdkit_next *next, void *handle, const void *buf,
  * after a trim).
  */
 static int
-erase (nbdkit_next *next, struct handle *h, enum stats_op op,
+reshape_erase (nbdkit_next *next, struct handle *h, enum stats_op op,
        uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
   struct wb_claim claim;
@@ -493,14 +493,14 @@ static int
 reshape_zero (nbdkit_next *next, void *handle, uint32_t count,
               uint64_t offset, uint32_t flags, int *err)
 {
-  return erase (next, handle, OP_ZERO, count, offset, flags, err);
+  return reshape_erase (next, handle, OP_ZERO, count, offset, flags, err);
 }
 
 static int
 reshape_trim (nbdkit_next *next, void *handle, uint32_t count,
               uint64_t offset, uint32_t flags, int *err)
 {
-  return erase (next, handle, OP_TRIM, count, offset, flags, err);
+  return reshape_erase (next, handle, OP_TRIM, count, offset, flags, err);
 }
 
 /* With a read cache, cache requests fill it (nbdkit's scan filter above

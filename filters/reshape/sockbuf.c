@@ -106,7 +106,7 @@ unix_stream (int fd, struct unix_name *name, bool *listening)
 }
 
 static bool
-named (const struct unix_name *n)
+sockbuf_named (const struct unix_name *n)
 {
   return n->len > offsetof (struct sockaddr_un, sun_path);
 }
@@ -142,7 +142,7 @@ find_listener (int fd, struct scan *s)
   bool listening;
 
   if (s->nr_listeners < MAX_LISTENERS &&
-      unix_stream (fd, &n, &listening) && listening && named (&n))
+      unix_stream (fd, &n, &listening) && listening && sockbuf_named (&n))
     s->listeners[s->nr_listeners++] = n;
 }
 
@@ -155,7 +155,7 @@ is_client (const struct scan *s, int fd)
 
   if (!unix_stream (fd, &n, &listening) || listening)
     return false;
-  if (!named (&n)) {
+  if (!sockbuf_named (&n)) {
 #ifdef SO_PEERCRED
     struct ucred cred;
     socklen_t len = sizeof cred;

@@ -63,7 +63,7 @@ static const struct {
 } counter_info[C_COUNTERS] = { STATS_COUNTERS (STATS_INFO) };
 
 static unsigned
-bucket (uint64_t bytes)
+stats_bucket (uint64_t bytes)
 {
   unsigned b = 0;
 
@@ -73,11 +73,11 @@ bucket (uint64_t bytes)
 }
 
 static void
-account (struct opstats *s, uint64_t bytes)
+stats_account (struct opstats *s, uint64_t bytes)
 {
   __atomic_fetch_add (&s->count, 1, __ATOMIC_RELAXED);
   __atomic_fetch_add (&s->bytes, bytes, __ATOMIC_RELAXED);
-  __atomic_fetch_add (&s->hist[bucket (bytes)], 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add (&s->hist[stats_bucket (bytes)], 1, __ATOMIC_RELAXED);
 }
 
 void
@@ -114,7 +114,7 @@ stats_client (enum stats_op op, uint64_t bytes)
 {
   const uint64_t t = now_ns ();
 
-  account (&client[op], bytes);
+  stats_account (&client[op], bytes);
   atomic_min (&first_ns, t);
   atomic_max (&last_ns, t);
 }
@@ -128,7 +128,7 @@ stats_client_read (void)
 void
 stats_plugin (enum stats_op op, uint64_t bytes)
 {
-  account (&plugin[op], bytes);
+  stats_account (&plugin[op], bytes);
 }
 
 void
@@ -226,7 +226,7 @@ up_s (void)
 
 /* One side of an op's summary row: "16384     64M  19.9M/s". */
 static void
-side (FILE *fp, enum stats_op op, const struct opstats *s)
+stats_side (FILE *fp, enum stats_op op, const struct opstats *s)
 {
   char b1[32], b2[32];
   double secs = active_s ();
@@ -252,9 +252,9 @@ summary_op (FILE *fp, enum stats_op op)
   char ratio[32];
 
   fprintf (fp, "  %-7s", op_names[op]);
-  side (fp, op, c);
+  stats_side (fp, op, c);
   fprintf (fp, " ");
-  side (fp, op, p);
+  stats_side (fp, op, p);
   if (p->count && c->count >= p->count)
     snprintf (ratio, sizeof ratio, "%.1f:1", (double) c->count / p->count);
   else if (c->count)
@@ -308,7 +308,7 @@ write_summary (FILE *fp, uint32_t fixed_size,
 }
 
 static void
-bar (FILE *fp, uint64_t n, uint64_t scale)
+stats_bar (FILE *fp, uint64_t n, uint64_t scale)
 {
   unsigned w = scale ? (unsigned) ((n * BAR + scale - 1) / scale) : 0;
 
@@ -317,7 +317,7 @@ bar (FILE *fp, uint64_t n, uint64_t scale)
 
 /* Side by side, one line per size class either side used. */
 static void
-histogram (FILE *fp, enum stats_op op)
+stats_histogram (FILE *fp, enum stats_op op)
 {
   const struct opstats *c = &client[op], *p = &plugin[op];
   uint64_t scale = 0;
@@ -334,9 +334,9 @@ histogram (FILE *fp, enum stats_op op)
     if (c->hist[i] == 0 && p->hist[i] == 0)
       continue;
     fprintf (fp, "  %6s+  ", stats_human ((uint64_t) 1 << i, b, sizeof b));
-    bar (fp, c->hist[i], scale);
+    stats_bar (fp, c->hist[i], scale);
     fprintf (fp, " %9" PRIu64 "  ", c->hist[i]);
-    bar (fp, p->hist[i], scale);
+    stats_bar (fp, p->hist[i], scale);
     fprintf (fp, " %9" PRIu64 "\n", p->hist[i]);
   }
 }
@@ -352,7 +352,7 @@ write_text (FILE *fp, uint32_t fixed_size,
   write_summary (fp, fixed_size, learning);
   for (op = 0; op < OP_COUNT; op++)
     if (op != OP_FLUSH && (client[op].count || plugin[op].count))
-      histogram (fp, op);
+      stats_histogram (fp, op);
   for (i = 0; i < C_COUNTERS; i++) {
     if (counters[i] == 0)
       continue;
@@ -430,7 +430,7 @@ is_json (const char *file)
 
 /* Replace file whole with text: -1 with errno set. */
 static int
-save (const char *file, const char *text)
+stats_save (const char *file, const char *text)
 {
   CLEANUP_FREE char *tmp = NULL;
   FILE *fp;
@@ -494,7 +494,7 @@ stats_check (const char *file)
 
 /* The report as text (or JSON), malloc'd. */
 static char *
-report (bool json, uint32_t fixed_size,
+stats_render (bool json, uint32_t fixed_size,
         stats_learning *learning)
 {
   char *text = NULL;
@@ -522,10 +522,10 @@ stats_report (const char *file, uint32_t fixed_size,
   CLEANUP_FREE char *text = NULL, *json = NULL;
   char *line, *save_ptr = NULL;
 
-  text = report (false, fixed_size, learning);
+  text = stats_render (false, fixed_size, learning);
   if (file && is_json (file))
-    json = report (true, fixed_size, learning);
-  if (file && (json || text) && save (file, json ? json : text) == -1 &&
+    json = stats_render (true, fixed_size, learning);
+  if (file && (json || text) && stats_save (file, json ? json : text) == -1 &&
       !__atomic_exchange_n (&failed, true, __ATOMIC_RELAXED))
     nbdkit_error ("reshape-stats: %s: %m", file);
   if (!final || text == NULL)

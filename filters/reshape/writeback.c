@@ -93,7 +93,7 @@ anything_staged (void)
 }
 
 static bool
-overlaps (const struct wb_page *b, uint64_t lo, uint64_t hi)
+page_overlaps (const struct wb_page *b, uint64_t lo, uint64_t hi)
 {
   return b->off + ranges_first (&b->staged) < hi &&
     lo < b->off + ranges_end (&b->staged);
@@ -183,7 +183,7 @@ busy_over (struct writeback *wb, uint64_t lo, uint64_t hi)
   struct wb_page *b;
 
   for (b = wb->pages; b; b = b->next)
-    if (b->busy && overlaps (b, lo, hi))
+    if (b->busy && page_overlaps (b, lo, hi))
       return true;
   return false;
 }
@@ -199,7 +199,7 @@ claim_over (struct wb_claim *c, struct writeback *wb, uint64_t lo,
   struct wb_page *b;
 
   for (b = wb->pages; b; b = b->next)
-    if (overlaps (b, lo, hi)) {
+    if (page_overlaps (b, lo, hi)) {
       b->busy = true;
       b->claimed = c->list;
       c->list = b;
@@ -219,7 +219,7 @@ claim_range (struct wb_claim *c, struct writeback *wb, uint64_t lo,
 }
 
 static void
-release (struct wb_claim *c)
+claim_release (struct wb_claim *c)
 {
   struct wb_page *b;
 
@@ -325,7 +325,7 @@ writeback_end_read (struct wb_claim *c, void *buf, uint32_t count,
         memcpy ((char *) buf + (lo - offset), b->buf + (lo - b->off),
                 hi - lo);
     }
-  release (c);
+  claim_release (c);
 }
 
 /* A write went through over pages the plugin still refuses: they take
@@ -348,13 +348,13 @@ writeback_end_write (struct wb_claim *c, const void *src, uint32_t count,
     else
       memset (b->buf + (lo - b->off), 0, hi - lo);
   }
-  release (c);
+  claim_release (c);
 }
 
 void
 writeback_release (struct wb_claim *c)
 {
-  release (c);
+  claim_release (c);
 }
 
 bool
@@ -374,7 +374,7 @@ writeback_clean (struct wb_conn *wc, const struct io *io,
     claim_over (&c, wc->wb, lo, hi);
   }
   clean = write_back_claimed (io, &c, &e) == 0;
-  release (&c);
+  claim_release (&c);
   return clean;
 }
 
@@ -382,21 +382,21 @@ writeback_clean (struct wb_conn *wc, const struct io *io,
  * once (pages staged meanwhile may wait for the next).
  */
 static int
-drain (struct wb_conn *wc, const struct io *io, int *err)
+drain_pages (struct wb_conn *wc, const struct io *io, int *err)
 {
   struct wb_claim c = { .wb = wc->wb };
   int r;
 
   claim_range (&c, wc->wb, 0, UINT64_MAX);
   r = write_back_claimed (io, &c, err);
-  release (&c);
+  claim_release (&c);
   return r;
 }
 
 int
 writeback_flush (struct wb_conn *wc, const struct io *io, int *err)
 {
-  return anything_staged () ? drain (wc, io, err) : 0;
+  return anything_staged () ? drain_pages (wc, io, err) : 0;
 }
 
 /* --- Staging. --- */
@@ -411,7 +411,7 @@ write_back_now (const struct io *io, struct writeback *wb, struct wb_page *b)
   b->claimed = NULL;
   if (write_back_claimed (io, &c, &e) == 0)
     return true;
-  release (&c);
+  claim_release (&c);
   return false;
 }
 
@@ -496,7 +496,7 @@ stage_step (struct writeback *wb, uint64_t boff, uint32_t len, uint32_t lo,
  * through instead.
  */
 static bool
-stage (struct wb_conn *wc, const struct io *io, const char *buf,
+stage_write (struct wb_conn *wc, const struct io *io, const char *buf,
        uint32_t count, uint64_t offset)
 {
   const uint64_t boff = ROUND_DOWN (offset, io->geo->size);
@@ -560,7 +560,7 @@ writeback_pwrite (struct wb_conn *wc, const struct io *io, const void *buf,
   for (pos = offset; pos < offset + count; ) {
     const uint32_t n = MIN (ROUND_DOWN (pos, size) + size,
                             offset + count) - pos;
-    if (!stage (wc, io, p + (pos - offset), n, pos))   /* the rest, in order */
+    if (!stage_write (wc, io, p + (pos - offset), n, pos))   /* the rest, in order */
       return write_through (wc, io, p + (pos - offset), offset + count - pos,
                             pos, flags, err);
     pos += n;
@@ -588,7 +588,7 @@ drain_all (void *arg)
   unsigned i;
   int e;
 
-  for (i = 1; drain (c->wc, c->io, &e) == -1; i++) {
+  for (i = 1; drain_pages (c->wc, c->io, &e) == -1; i++) {
     if (i < CLOSE_TRIES)
       continue;
     if (!c->last || now_ns () >= end)
@@ -667,7 +667,7 @@ has_over (struct writeback *wb, uint64_t lo, uint64_t hi)
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
 
   for (b = wb->pages; b; b = b->next)
-    if (overlaps (b, lo, hi))
+    if (page_overlaps (b, lo, hi))
       return true;
   return false;
 }
@@ -709,7 +709,7 @@ write_back_elsewhere (struct writeback *wb, uint64_t lo, uint64_t hi,
   }
   claim_range (&c, wb, lo, hi);
   r = write_back_claimed (&door->door, &c, err);
-  release (&c);
+  claim_release (&c);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&wb->lock);
   door->borrowers--;
   pthread_cond_broadcast (&wb->changed);
