@@ -27,6 +27,9 @@
 #           at once (a cache below); reference: no filter
 #   turn    the same over a plugin that answers its first 200 calls at
 #           once, then takes 15 ms + 150 MB/s; reference: no filter
+#   naive   a client reading 16M in 4K reads, one at a time, over a
+#           plugin answering each read after 2 ms (the delay filter);
+#           references: no filter, nbdkit's readahead over cache
 #
 # usage: bench/ablation.sh [RUNS [ROW...]]   (3; all rows) from a
 # built tree.  Writes OUT (default: a new directory under /tmp, named
@@ -42,7 +45,7 @@ cd "$(dirname "$0")/.."
 export PATH="/usr/bin:/bin:$PATH"
 runs=${1:-3}
 shift || :
-rows=${*:-seed cdi par writes cached turn}
+rows=${*:-seed cdi par writes cached turn naive}
 F=$PWD/filters/reshape/.libs/nbdkit-reshape-filter.so
 M=$PWD/bench/.libs/nbdkit-model-plugin.so
 out=${OUT:-$(mktemp -d /tmp/reshape-ablation.XXXXXX)}
@@ -68,6 +71,7 @@ filter ()
 {
   case $1 in
     none|download|hand) ;;
+    readahead+cache) echo "--filter=readahead --filter=cache" ;;
     before) echo "--filter=$BEFORE" ;;
     size=*) echo "--filter=$F" ;;
     *) echo "--filter=$F -D reshape.ablate=${1#*:}" ;;
@@ -121,6 +125,11 @@ run ()
              --run 'nbdcopy "$uri" null:' ;;
     writes:*) seconds nbdkit -U - $f "$M" size=256M latency=12ms bandwidth=150M $p \
                 --run "qemu-img convert -n -f raw -O raw '$scratch/src.img' \"\$uri\"" ;;
+    naive:*) seconds nbdkit -U - $f --filter=delay pattern 256M delay-read=2ms $p \
+               --run 'nbdsh -u "$uri" -c "
+for off in range(0, 16 << 20, 4096):
+    h.pread(4096, off)
+"' ;;
     cached:*|turn:*)
       seconds nbdkit -U - $f "$M" size=64M latency=15ms bandwidth=150M \
         "$(case $1 in cached) echo cached=33 ;; *) echo fast-calls=200 ;; esac)" \
@@ -136,6 +145,7 @@ refs ()
     par) echo "none size=1M" ;;
     writes) echo "none size=256K" ;;
     cached|turn) echo "none" ;;
+    naive) echo "none readahead+cache" ;;
   esac
 }
 
