@@ -6,7 +6,7 @@
  * Each cell is a plugin (latency, bandwidth, compressed clusters
  * decoded whole, parallel or serializing requests, a noisy machine, a
  * slow start) and a client's stream of small reads.  The stream's
- * misses go through auto_grain exactly as stream.c sends them, and
+ * misses go through auto_grain exactly as readahead.c sends them, and
  * every plugin call is timed by the model and recorded (auto_record).
  * No clock, no thread: the same seed gives the same run.
  *
