@@ -236,7 +236,9 @@ reshape_unload (void)
 
   stats_report (reshape_cfg.stats_file, reshape_cfg.size,
                 reshape_cfg.size ? NULL : reshape_learning, true);
-  /* A connection may still be closing (nbdkit quits on a signal). */
+  /* A connection may still be closing (nbdkit quits on a signal): its
+   * record stays, and what its cache holds is given back.
+   */
   while ((e = *pp) != NULL)
     if (record_held (e))
       pp = &e->next;
@@ -244,6 +246,7 @@ reshape_unload (void)
       *pp = e->next;
       record_free (e);
     }
+  readahead_invalidate (0, UINT64_MAX);
   pool_free_all ();
   params_free ();
 }
