@@ -3,28 +3,14 @@
  * SPDX-License-Identifier: BSD-3-Clause
  *
  * A connection's reads make a stream while each starts within REORDER
- * reads of where the last one ended (a pipelining client's replies
- * come out of order).  A small read in the stream that misses the
- * cache is served from the aligned grain that holds it: auto's, a
- * fixed reshape-size, or, for a client that waits for each read over
- * a plugin whose direct reads took PLUGIN_SLOW_NS or more, the size
- * told.  Grains come in runs as long as reshape-readahead, and a read
- * served half way through the last run has the next fetched ahead (for
- * a client that keeps reads in flight, or over a plugin that
- * serializes requests: nbdkit then shows one read at a time).
- *
- * The cache is one list of ranges, most recently used first: data
- * kept, and fills in progress, each keyed by its cache (an export's or
- * a connection's).  A read of the stream that a fill in progress holds
- * waits for it.  Every write drops what it overlaps before its reply
- * and makes overlapping fills stale (not kept).
- *
- * The budget: bytes fills read that no client asked for, pending
- * while unread and wasted once dropped unread, stay within
- * 1/BUDGET_SHARE of what clients read plus BUDGET_BASE.  A fill is
- * charged for what neither its read nor the stream's reads in flight
- * after it ask for; a range remembers which chunks clients read, and
- * refunds them.
+ * reads of where the last one ended.  A small read in the stream that
+ * misses the cache is served from the aligned grain that holds it, in
+ * runs of grains, and a read served half way through the last run has
+ * the next fetched ahead.  The cache is one list of ranges, most
+ * recently used first: data kept, and fills in progress, each keyed by
+ * its cache (an export's or a connection's).  Bytes fills read that no
+ * client asked for stay within a budget.  docs/design.md, Read-ahead,
+ * has the reasons.
  *
  * One lock guards the list, the budget and every stream: a read takes
  * it once to note its stream, look itself up and plan a fill.  It is

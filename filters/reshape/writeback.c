@@ -4,23 +4,14 @@
  *
  * A volatile write cache.  Small writes are copied into staging pages
  * of the request size and acknowledged once staged; a page goes to the
- * plugin as one request when it is complete, and before anything could
- * miss it: a read, zero, trim or block status overlapping it, a FUA or
- * large write overlapping it (written through after), a write that
- * would leave it too many gaps, a flush, a close, and when staging
- * fills its share of the pool.
- *
- * A page leaves staging only once the plugin has it.  A write-back
- * that fails keeps the page, tried again at the next of those
- * occasions; reads get its bytes laid over what the plugin returns,
- * and a flush fails while the plugin refuses it.  Pages are the
- * export's (its name, plain or TLS): every request of the export sees
- * them, and a flush writes them all, as NBD allows and nbdkit's cache
- * filter does.  No two pages of an export overlap, so nothing staged
- * is written back over a later write.  Staged data never outlives the
- * export's last connection: that close retries for CLOSE_RETRY_NS,
- * then gives up what the plugin refuses, in one error line (only a
- * successful flush promises durability).
+ * plugin when complete, and before anything could miss it (an
+ * overlapping request, a flush, a close, staging full).  It leaves
+ * staging only once the plugin has it: reads get the bytes of a page
+ * the plugin refuses laid over what it returns, and a flush fails
+ * while it refuses one.  Pages are the export's (its name, plain or
+ * TLS), and never outlive its last connection: that close retries for
+ * CLOSE_RETRY_NS, then gives up what is left, in one error line.
+ * docs/design.md, Write-back, has the reasons.
  *
  * A thread claims a page (busy) to write it back, to lay it over a
  * read or to patch it around a write sent through; others wait.  A
