@@ -611,7 +611,7 @@ fill_read (struct readahead_stream *s, const struct io *io,
   enum fill_result result = FILL_UNMADE;
   char *data = NULL;
   bool kept;
-  int err;                      /* the client's is its own read's */
+  int err = 0;                  /* the client's is its own read's */
 
   /* Staged writes there go first; where some stay staged, the fill
    * would keep what the plugin has instead of them.

@@ -224,6 +224,7 @@ pieces_work (void *opaque)
       nbdkit_debug ("reshape: piece %u: %" PRIu64 "+%" PRIu32 "%s",
                     n, p.offset, p.count, p.partial ? " (partial)" : "");
     start = now_ns ();
+    err = 0;                    /* nbdkit 1.42 sets only an error of 0 */
     r = piece_run (ps->o, &p, &err);
     ns = now_ns () - start;
     __atomic_add_fetch (&ps->busy_ns, ns, __ATOMIC_RELAXED);

@@ -272,7 +272,7 @@ static int
 write_back_claimed (const struct io *io, struct wb_claim *c, int *err)
 {
   struct wb_page **pp = &c->list;
-  int r = 0, e;
+  int r = 0, e = 0;
 
   while (*pp) {
     struct wb_page *b = *pp, *after = b->claimed;
@@ -354,7 +354,7 @@ writeback_clean (struct wb_conn *wc, const struct io *io,
 {
   struct wb_claim c = { .wb = wc->wb };
   bool clean;
-  int e;
+  int e = 0;
 
   if (!anything_staged ())
     return true;
@@ -397,7 +397,7 @@ static bool
 write_back_now (const struct io *io, struct writeback *wb, struct wb_page *b)
 {
   struct wb_claim c = { .wb = wb, .list = b };
-  int e;
+  int e = 0;
 
   b->claimed = NULL;
   if (write_back_claimed (io, &c, &e) == 0)
@@ -577,7 +577,7 @@ drain_all (void *arg)
   const uint64_t end = now_ns () + CLOSE_RETRY_NS;
   const struct timespec pause = { .tv_nsec = CLOSE_RETRY_NS / 20 };
   unsigned i;
-  int e;
+  int e = 0;
 
   for (i = 1; drain_pages (c->wc, c->io, &e) == -1; i++) {
     if (i < CLOSE_TRIES)
