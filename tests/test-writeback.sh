@@ -152,6 +152,24 @@ assert a.pread(100, 70000) == b\"A\" * 100, \"stale after flush\"
 print(\"own writes seen\")
 " "$uri"'
 
+# Staged writes are the export's: without multi-conn too, a flush on
+# any connection writes every page staged (NBD allows a flush to do
+# more), and the file has them while the writer is still connected.
+truncate -s 0 "$tmp/shared"; truncate -s 4M "$tmp/shared"
+nbdkit -U - --filter="$FILTER" --filter=multi-conn file "$tmp/shared" \
+  multi-conn-mode=disable reshape-writeback=true \
+  --run '/usr/bin/python3 -c "
+import nbd, sys
+a = nbd.NBD(); a.connect_uri(sys.argv[1])
+b = nbd.NBD(); b.connect_uri(sys.argv[1])
+assert not a.can_multi_conn()
+a.pwrite(b\"W\" * 100, 70000)
+assert open(sys.argv[2], \"rb\").read()[70000:70100] == bytes(100), \"not staged\"
+b.flush()
+assert open(sys.argv[2], \"rb\").read()[70000:70100] == b\"W\" * 100, \"B flushed, A staged write not in the file\"
+print(\"a flush writes the export pages\")
+" "$uri" '"$tmp/shared" || fail "a flush on another connection left staged data"
+
 # A clean disconnect without flush, with a layer below that sleeps:
 # the write-back at close must still reach the plugin.
 nbdkit -U - --filter="$FILTER" --filter=delay memory 4M \
